@@ -1,0 +1,101 @@
+"""Command line of the course: ``python -m course_utils {exercises,grade,doctor,times}``."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _exercises(args) -> int:
+    from .assignments import ROOT, AssignmentError, diff_summary, generate_exercises
+
+    solutions = [Path(p) for p in args.solutions] if args.solutions else None
+    out_dir = Path(args.out) if args.out else None
+    try:
+        report = generate_exercises(solutions, out_dir, check=args.check)
+    except AssignmentError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        if report.clean:
+            print("exercises/ is up to date with solutions/.")
+            return 0
+        for target in report.differing + report.missing:
+            source = (ROOT / "solutions" / target.name) if solutions is None else next(s for s in solutions if s.name == target.name)
+            state = "differs from" if target in report.differing else "is missing for"
+            print(f"{target} {state} {source}")
+            if target in report.differing:
+                print(diff_summary(target, source))
+        for target in report.orphaned:
+            print(f"{target} has no solution notebook; delete it or add solutions/{target.name}")
+        print("run `make exercises` (python -m course_utils exercises) and commit the result; never edit exercises/ by hand.")
+        return 1
+    for target in report.written:
+        print(f"wrote {target}")
+    for target in report.orphaned:
+        print(f"warning: {target} has no solution notebook")
+    if not report.written:
+        print("exercises/ was already up to date.")
+    return 0
+
+
+def _grade(args) -> int:
+    from .grader import EXIT_BAD_INPUT, EXIT_FULL, EXIT_NO_KERNEL, EXIT_PARTIAL, GradingInputError, KernelStartError, grade_notebook, write_json
+
+    try:
+        report = grade_notebook(Path(args.path), cell_timeout=args.cell_timeout)
+    except GradingInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KernelStartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_NO_KERNEL
+    print(report.table())
+    if args.json:
+        write_json(report, Path(args.json))
+    return EXIT_FULL if report.full_marks else EXIT_PARTIAL
+
+
+def _doctor(args) -> int:
+    from .doctor import run_doctor
+
+    return run_doctor()
+
+
+def _times(args) -> int:
+    from .notebook_times import run_times
+
+    run_times([Path(p) for p in args.paths] or None, Path(args.output) if args.output else None)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_utils", description="Loops to Kernels course tools.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("exercises", help="regenerate exercises/ from solutions/ (nbgrader delimiters -> stubs)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 and list notebooks that differ")
+    p.add_argument("--solutions", nargs="*", help="solution notebooks (default: all of solutions/)")
+    p.add_argument("--out", help="output folder (default: exercises/)")
+    p.set_defaults(func=_exercises)
+
+    p = sub.add_parser("grade", help="execute a notebook in a fresh kernel and grade each exercise")
+    p.add_argument("path", help="the learner's notebook (.ipynb); it is never modified")
+    p.add_argument("--json", metavar="OUT", help="also write the report as JSON to OUT")
+    p.add_argument("--cell-timeout", type=float, default=120, metavar="S", help="seconds per cell before it is interrupted (default 120)")
+    p.set_defaults(func=_grade)
+
+    p = sub.add_parser("doctor", help="check packages, device tier and Triton mode")
+    p.set_defaults(func=_doctor)
+
+    p = sub.add_parser("times", help="execute every notebook and record CPU time and peak memory")
+    p.add_argument("paths", nargs="*", help="notebooks (default: notebooks/ and solutions/)")
+    p.add_argument("--output", help="write the JSON record here")
+    p.set_defaults(func=_times)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

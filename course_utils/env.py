@@ -1,0 +1,174 @@
+"""The setup cell of every notebook: seeds, device tier, Triton mode, one line about the machine.
+
+Used by every lesson and problem set (``notebooks/``, ``solutions/``) as::
+
+    from course_utils import setup
+    env = setup(seed=0)
+
+Tiers (COURSE_DESIGN.md, "Device tiers"):
+
+* ``cpu``  -- no CUDA device: everything runs, Triton through its interpreter, small sizes, fp32.
+* ``cuda`` -- a CUDA device: compiled Triton kernels, real sizes, bf16/fp16.
+* ``sm90`` -- a Hopper GPU (H100/H200, compute capability 9.x): adds the Hopper-only material.
+
+``COURSE_TIER=cpu`` in the environment forces the CPU tier on a GPU machine (useful for checking
+that the CPU path of a notebook still works).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import random
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+TIERS = ("cpu", "cuda", "sm90")
+
+
+@dataclass(frozen=True)
+class Env:
+    """What a notebook needs to know about where it runs."""
+
+    tier: str  # "cpu", "cuda" or "sm90"
+    seed: int  # the seed every generator was given
+    triton_mode: str  # "compiled", "interpreted" or "missing"
+    device_name: str  # e.g. "cpu (x86_64, 2 cores)" or "NVIDIA H200"
+    versions: dict = field(default_factory=dict)  # package -> version string
+
+    @property
+    def device(self):
+        """The torch device for this tier (``cuda`` for both GPU tiers)."""
+        import torch
+
+        return torch.device("cpu" if self.tier == "cpu" else "cuda")
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.tier != "cpu"
+
+    @property
+    def is_hopper(self) -> bool:
+        return self.tier == "sm90"
+
+    @property
+    def low_precision(self):
+        """The 16-bit dtype for this tier: bf16 on a GPU, fp32 on the CPU (the interpreter's bf16 is wrong)."""
+        import torch
+
+        return torch.bfloat16 if self.on_gpu else torch.float32
+
+    def pick(self, cpu: Any, cuda: Any, sm90: Any = None) -> Any:
+        """Choose a value (a size, a dtype, a repeat count) by tier; ``sm90`` defaults to ``cuda``."""
+        if self.tier == "sm90" and sm90 is not None:
+            return sm90
+        return cpu if self.tier == "cpu" else cuda
+
+    def describe(self) -> str:
+        """The one line printed by :func:`setup`."""
+        v = self.versions
+        parts = [f"tier={self.tier}", self.device_name, f"python {v.get('python', '?')}"]
+        for pkg in ("numpy", "torch", "triton"):
+            if pkg in v:
+                parts.append(f"{pkg} {v[pkg]}")
+        parts.append(f"triton {self.triton_mode}")
+        parts.append(f"seed={self.seed}")
+        return " | ".join(parts)
+
+
+def detect_tier() -> str:
+    """``cpu``, ``cuda`` or ``sm90`` from the visible CUDA device (``COURSE_TIER`` overrides)."""
+    forced = os.environ.get("COURSE_TIER", "").strip().lower()
+    if forced:
+        if forced not in TIERS:
+            raise ValueError(f"COURSE_TIER={forced!r} is not a tier; use one of {', '.join(TIERS)} or unset it.")
+        return forced
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    if not torch.cuda.is_available():
+        return "cpu"
+    major, _minor = torch.cuda.get_device_capability(0)
+    return "sm90" if major == 9 else "cuda"
+
+
+def _configure_triton(tier: str) -> str:
+    """Switch Triton to its interpreter on the CPU tier. Must run before any ``@triton.jit``."""
+    if tier == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "missing"
+    return "interpreted" if os.environ.get("TRITON_INTERPRET") == "1" else "compiled"
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's ``random``, NumPy's global generator and torch (CPU and CUDA)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def _versions() -> dict:
+    out = {"python": platform.python_version(), "numpy": np.__version__}
+    for pkg in ("torch", "triton"):
+        try:
+            out[pkg] = __import__(pkg).__version__.split("+")[0]
+        except ImportError:
+            pass
+    return out
+
+
+def _device_name(tier: str) -> str:
+    if tier == "cpu":
+        return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
+    import torch
+
+    return torch.cuda.get_device_name(0)
+
+
+def _install_short_tracebacks() -> None:
+    """In IPython, show a failed check as its one-line message instead of a long traceback."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    ip = get_ipython()
+    if ip is None or not hasattr(ip, "_showtraceback"):
+        return
+    from .checks import CheckFailed
+
+    def one_line(shell, etype, value, tb, tb_offset=None):
+        stb = [f"\x1b[0;31m{etype.__name__}\x1b[0m: {value}"]
+        shell._showtraceback(etype, value, stb)
+        return stb
+
+    ip.set_custom_exc((CheckFailed,), one_line)
+
+
+def setup(seed: int = 0, *, quiet: bool = False) -> Env:
+    """Seed every generator, detect the tier, configure Triton and matplotlib; print one line.
+
+    Call it in the first code cell, before any Triton kernel is defined (Triton reads
+    ``TRITON_INTERPRET`` when ``@triton.jit`` runs). Tag that cell ``nbval-ignore-output``.
+    """
+    tier = detect_tier()
+    triton_mode = _configure_triton(tier)
+    seed_everything(seed)
+    env = Env(tier=tier, seed=seed, triton_mode=triton_mode, device_name=_device_name(tier), versions=_versions())
+    if "matplotlib" in sys.modules or "ipykernel" in sys.modules:
+        from .plotting import apply_style
+
+        apply_style()
+    _install_short_tracebacks()
+    if not quiet:
+        print(env.describe())
+    return env

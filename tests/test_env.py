@@ -1,0 +1,55 @@
+"""setup(): seeding, tier detection, Triton mode and the one-line description."""
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from course_utils import env as env_module
+from course_utils.env import detect_tier, setup
+
+
+def test_setup_seeds_every_generator(capsys):
+    setup(seed=123, quiet=True)
+    first = (random.random(), np.random.rand(), torch.rand(1).item())
+    setup(seed=123, quiet=True)
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == first
+    assert capsys.readouterr().out == ""
+
+
+def test_setup_prints_one_line_with_tier_and_versions(capsys):
+    env = setup(seed=0)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    assert f"tier={env.tier}" in out and f"torch {torch.__version__.split('+')[0]}" in out and "seed=0" in out
+
+
+def test_cpu_tier_switches_triton_to_the_interpreter(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("COURSE_TIER", "cpu")
+    env = setup(quiet=True)
+    assert env.tier == "cpu" and str(env.device) == "cpu"
+    assert os.environ["TRITON_INTERPRET"] == "1"
+    assert env.triton_mode in ("interpreted", "missing")
+    assert env.low_precision == torch.float32
+    assert env.pick(cpu=64, cuda=4096) == 64
+
+
+def test_tier_detection_without_override(monkeypatch):
+    monkeypatch.delenv("COURSE_TIER", raising=False)
+    expected = "cpu" if not torch.cuda.is_available() else ("sm90" if torch.cuda.get_device_capability(0)[0] == 9 else "cuda")
+    assert detect_tier() == expected
+
+
+def test_bad_tier_override_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("COURSE_TIER", "tpu")
+    with pytest.raises(ValueError, match="not a tier"):
+        detect_tier()
+
+
+def test_pick_by_tier():
+    gpu = env_module.Env(tier="sm90", seed=0, triton_mode="compiled", device_name="H200")
+    assert gpu.pick(cpu=1, cuda=2) == 2 and gpu.pick(cpu=1, cuda=2, sm90=3) == 3 and gpu.is_hopper
