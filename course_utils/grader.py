@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -184,7 +185,7 @@ def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: 
     dead_at: int | None = None
     started = time.monotonic()
     try:
-        with client.setup_kernel():
+        with client.setup_kernel(stderr=subprocess.DEVNULL):  # kernel log lines are noise to a learner
             for index, cell in enumerate(nb.cells):
                 if cell.cell_type != "code":
                     continue

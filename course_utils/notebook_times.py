@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def time_notebook(path: Path, *, cell_timeout: float = 600) -> dict:
         resources={"metadata": {"path": str(Path(path).resolve().parent)}},
     )
     start = time.monotonic()
-    client.execute()
+    client.execute(stderr=subprocess.DEVNULL)  # kernel log lines are noise here
     seconds = time.monotonic() - start
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("output_type") == "stream")
     match = re.search(r"PEAK_RSS_KB ([0-9.]+)", text)
