@@ -225,17 +225,18 @@ class Ladder:
             return f"{self.title}: no rungs timed yet"
         first = self.rungs[0].seconds
         ref = next((r.seconds for r in self.rungs if r.name == reference), None)
-        head = f"{'rung':<28}{'time':>12}{'GFLOP/s':>10}{'GB/s':>9}{'speed-up':>10}"
+        width = max(28, max(len(r.name) for r in self.rungs) + 2)
+        head = f"{'rung':<{width}}{'time':>12}{'GFLOP/s':>10}{'GB/s':>9}{'speed-up':>10}"
         if ref is not None:
-            head += f"{'vs ' + reference[:10]:>15}"
+            head += f"  vs {reference}"
         lines = [self.title, head, "-" * len(head)]
         for r in self.rungs:
-            row = f"{r.name:<28}{format_seconds(r.seconds):>12}"
+            row = f"{r.name:<{width}}{format_seconds(r.seconds):>12}"
             row += f"{r.gflops:>10.3g}" if r.gflops is not None else f"{'':>10}"
             row += f"{r.gbps:>9.3g}" if r.gbps is not None else f"{'':>9}"
             row += f"{first / r.seconds:>9.3g}x"
             if ref is not None:
-                row += f"{ref / r.seconds:>14.3g}x"
+                row += f"  {ref / r.seconds:.3g}x"
             lines.append(row)
         return "\n".join(lines)
 
@@ -279,13 +280,17 @@ def plot_roofline(ladder: Ladder, ceilings: Ceilings, *, ax=None):
     x = np.logspace(np.log10(lo), np.log10(hi), 200)
     roof = np.minimum(ceilings.peak_gflops, x * ceilings.bandwidth_gbps)
     ax.plot(x, roof, color=COLORS["reference"], lw=2, label=f"measured roof ({ceilings.how})")
-    for r in points:
-        ax.scatter([r.intensity], [r.gflops], color=color_for(r.name), s=40, zorder=3)
-        ax.annotate(r.name, (r.intensity, r.gflops), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    placed: list[tuple[float, float]] = []  # label positions in log space, to stagger near-duplicates
+    for r in sorted(points, key=lambda p: -p.gflops):
+        ax.scatter([r.intensity], [r.gflops], color=color_for(r.name), s=40, zorder=3, alpha=0.85)
+        here = (np.log10(r.intensity), np.log10(r.gflops))
+        crowd = sum(1 for (x0, y0) in placed if abs(x0 - here[0]) < 0.3 and abs(y0 - here[1]) < 0.25)
+        placed.append(here)
+        ax.annotate(r.name, (r.intensity, r.gflops), textcoords="offset points", xytext=(6, 3 - 11 * crowd), fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("GFLOP/s")
     ax.set_title(f"Roofline on {ceilings.device} ({ceilings.dtype})")
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize=8)
     return ax
