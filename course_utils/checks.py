@@ -221,7 +221,12 @@ def _same_input(a: Any, b: Any) -> bool:
     return True
 
 
-def _call_learner(name: str, fn: Callable, args: Sequence[Any], kwargs: dict) -> Any:
+def call_learner(name: str, fn: Callable, args: Sequence[Any] = (), kwargs: dict | None = None) -> Any:
+    """Call a learner's function: a stub becomes :class:`NotAttempted`, a crash a one-line :class:`CheckFailed`.
+
+    For checks that cannot be written with :func:`check_function` (statistical checks, for example).
+    """
+    kwargs = kwargs or {}
     try:
         return fn(*args, **kwargs)
     except NotImplementedError:
@@ -285,7 +290,7 @@ def check_function(
         args, kwargs = _as_args(make_inputs(rng))
         where = f" (trial {trial + 1} of {trials}, {_describe_inputs(args)})" if trials > 1 else ""
         originals = _copy_inputs(args)
-        got = _call_learner(name, learner_fn, args, kwargs)
+        got = call_learner(name, learner_fn, args, kwargs)
         if check_inputs_unchanged and not all(_same_input(a, b) for a, b in zip(args, originals)):
             raise CheckFailed(
                 f"{name}: your function modified its input in place; work on a copy (or a new array) instead."
