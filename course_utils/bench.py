@@ -147,13 +147,13 @@ class Ceilings:
         return self.peak_gflops / self.bandwidth_gbps
 
 
-_CEILINGS: dict[tuple[str, str], Ceilings] = {}
+_CEILINGS: dict[tuple[str, str, int], Ceilings] = {}
 
 
 def measure_ceilings(device: Any = "cpu", dtype: Any = None, *, size: int | None = None) -> Ceilings:
     """Measure peak GFLOP/s with a large ``torch.matmul`` and bandwidth with a large copy.
 
-    Cached per (device, dtype) for the process. On the CPU: fp32, 1024^3 GEMM, 64 MiB copy.
+    Cached per (device, dtype, size) for the process. On the CPU: fp32, 1024^3 GEMM, 64 MiB copy.
     On a GPU: the given dtype (default bf16), 8192^3 GEMM, 1 GiB copy.
     """
     import torch
@@ -161,10 +161,10 @@ def measure_ceilings(device: Any = "cpu", dtype: Any = None, *, size: int | None
     device = str(device)
     on_gpu = device.startswith("cuda")
     dtype = dtype or (torch.bfloat16 if on_gpu else torch.float32)
-    key = (device, str(dtype))
+    n = size or (8192 if on_gpu else 1024)
+    key = (device, str(dtype), n)
     if key in _CEILINGS:
         return _CEILINGS[key]
-    n = size or (8192 if on_gpu else 1024)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     gemm = time_it(lambda: torch.matmul(a, b), device=device, **({} if on_gpu else {"repeats": 5}))
@@ -241,8 +241,12 @@ class Ladder:
         return "\n".join(lines)
 
 
-def plot_ladder(ladder: Ladder, *, metric: str = "time", ax=None, recorded_label: str | None = None):
-    """Bar chart of the rungs: ``metric`` is ``time`` (log scale, lower is better) or ``gflops``."""
+def plot_ladder(ladder: Ladder, *, metric: str = "time", ax=None, recorded_label: str | None = None, statistic: str = "median"):
+    """Bar chart of the rungs: ``metric`` is ``time`` (log scale, lower is better) or ``gflops``.
+
+    ``statistic`` names what the stored seconds are (``median`` when rungs were added from a
+    :class:`Timing`; say ``best`` if you stored ``Timing.best``) for the axis label.
+    """
     import matplotlib.pyplot as plt
 
     from .plotting import color_for
@@ -252,7 +256,7 @@ def plot_ladder(ladder: Ladder, *, metric: str = "time", ax=None, recorded_label
     names = [r.name for r in ladder.rungs]
     if metric == "time":
         values = [r.seconds for r in ladder.rungs]
-        ax.set_xlabel("median time per call (s, log scale; shorter is faster)")
+        ax.set_xlabel(f"{statistic} time per call (s, log scale; shorter is faster)")
     elif metric == "gflops":
         values = [r.gflops or 0.0 for r in ladder.rungs]
         ax.set_xlabel("GFLOP/s (log scale; longer is faster)")

@@ -157,8 +157,9 @@ def _install_short_tracebacks() -> None:
 def setup(seed: int = 0, *, quiet: bool = False) -> Env:
     """Seed every generator, detect the tier, configure Triton and matplotlib; print one line.
 
-    Call it in the first code cell, before any Triton kernel is defined (Triton reads
-    ``TRITON_INTERPRET`` when ``@triton.jit`` runs). Tag that cell ``nbval-ignore-output``.
+    Call it in the first code cell, before anything imports Triton or defines a kernel (the
+    interpreter switch, ``TRITON_INTERPRET=1``, is safest set before the first ``import triton``).
+    Tag that cell ``nbval-ignore-output``.
     """
     tier = detect_tier()
     triton_mode = _configure_triton(tier)
