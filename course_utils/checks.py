@@ -205,7 +205,7 @@ def _copy_inputs(args: Sequence[Any]) -> list[Any]:
     out = []
     for a in args:
         if _is_tensor(a):
-            out.append(a.detach().clone())
+            out.append(a.detach().clone().requires_grad_(a.requires_grad))
         elif isinstance(a, np.ndarray):
             out.append(a.copy())
         else:
