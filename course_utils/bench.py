@@ -15,6 +15,7 @@ Ceilings are *measured* on the current machine (:func:`measure_ceilings`), never
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -55,6 +56,25 @@ def _sync(device: str) -> None:
         import torch
 
         torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def single_thread(threads: int = 1):
+    """Limit torch and NumPy's BLAS/OpenMP pools to ``threads`` inside the block, then restore them.
+
+    On a small machine shared with other work, a multi-threaded kernel waits for its slowest thread
+    and its time swings by 10x from run to run; single-threaded timings compare rungs fairly.
+    """
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with threadpool_limits(limits=threads):
+            yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def time_cpu(fn: Callable[[], Any], *, warmup: int = 1, repeats: int = 5, max_seconds: float = 2.0) -> Timing:
@@ -147,13 +167,13 @@ class Ceilings:
         return self.peak_gflops / self.bandwidth_gbps
 
 
-_CEILINGS: dict[tuple[str, str, int], Ceilings] = {}
+_CEILINGS: dict[tuple[str, str, int, int], Ceilings] = {}
 
 
 def measure_ceilings(device: Any = "cpu", dtype: Any = None, *, size: int | None = None) -> Ceilings:
     """Measure peak GFLOP/s with a large ``torch.matmul`` and bandwidth with a large copy.
 
-    Cached per (device, dtype, size) for the process. On the CPU: fp32, 1024^3 GEMM, 64 MiB copy.
+    Cached per (device, dtype, size, torch thread count) for the process. On the CPU: fp32, 1024^3 GEMM, 64 MiB copy.
     On a GPU: the given dtype (default bf16), 8192^3 GEMM, 1 GiB copy.
     """
     import torch
@@ -162,7 +182,7 @@ def measure_ceilings(device: Any = "cpu", dtype: Any = None, *, size: int | None
     on_gpu = device.startswith("cuda")
     dtype = dtype or (torch.bfloat16 if on_gpu else torch.float32)
     n = size or (8192 if on_gpu else 1024)
-    key = (device, str(dtype), n)
+    key = (device, str(dtype), n, torch.get_num_threads())
     if key in _CEILINGS:
         return _CEILINGS[key]
     a = torch.randn(n, n, device=device, dtype=dtype)
