@@ -61,3 +61,20 @@ def write_notebook(tmp_path):
         return path
 
     return _write
+
+
+# ---------------------------------------------------------------- helpers for testing exercise checks
+def stub(*args, **kwargs):
+    """What an untouched exercise function does."""
+    raise NotImplementedError("Exercise not attempted yet")
+
+
+def fails_with(check, fn, fragment):
+    """``check(fn)`` must fail as a wrong answer (not 'not attempted') with a one-line message holding ``fragment``."""
+    from course_utils.checks import CheckFailed, NotAttempted
+
+    with pytest.raises(CheckFailed) as info:
+        check(fn)
+    assert not isinstance(info.value, NotAttempted)
+    assert fragment in str(info.value), str(info.value)
+    assert "\n" not in str(info.value)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from course_utils import mixed_precision as mp
-from course_utils.checks import CheckFailed, NotAttempted
+from course_utils.checks import NotAttempted
+from conftest import stub, fails_with  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -19,18 +20,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError("Exercise not attempted yet")
-
-
-def fails_with(check, fn, fragment):
-    with pytest.raises(CheckFailed) as info:
-        check(fn)
-    assert not isinstance(info.value, NotAttempted)
-    assert fragment in str(info.value), str(info.value)
-    assert "\n" not in str(info.value)
 
 
 # ---------------------------------------------------------------- reference answers

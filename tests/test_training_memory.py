@@ -20,19 +20,8 @@ from torch import nn
 matplotlib.use("Agg")
 
 import course_utils.training_memory as tm  # noqa: E402
-from course_utils.checks import CheckFailed, NotAttempted  # noqa: E402
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError("Exercise not attempted yet")
-
-
-def fails_with(check, fn, fragment):
-    with pytest.raises(CheckFailed) as info:
-        check(fn)
-    assert not isinstance(info.value, NotAttempted)
-    assert fragment in str(info.value), str(info.value)
-    assert "\n" not in str(info.value)
+from course_utils.checks import NotAttempted  # noqa: E402
+from conftest import stub, fails_with  # noqa: E402
 
 
 # ---------------------------------------------------------------- parameter counts
