@@ -57,3 +57,16 @@ def test_ladder_table_and_plots():
     plt.close("all")
     with pytest.raises(ValueError, match="metric"):
         bench.plot_ladder(ladder, metric="speed")
+
+
+def test_single_thread_limits_torch_and_restores():
+    import torch
+
+    before = torch.get_num_threads()
+    with bench.single_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError):
+        with bench.single_thread():
+            raise RuntimeError("boom")
+    assert torch.get_num_threads() == before
