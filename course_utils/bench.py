@@ -240,20 +240,27 @@ class Ladder:
         return rung
 
     def table(self, reference: str | None = None) -> str:
-        """A text table: time, GFLOP/s, GB/s, speed-up over the first rung and ratio to ``reference``."""
+        """A text table: time, GFLOP/s, GB/s (when any rung has them), speed-up over the first rung, ratio to ``reference``."""
         if not self.rungs:
             return f"{self.title}: no rungs timed yet"
         first = self.rungs[0].seconds
         ref = next((r.seconds for r in self.rungs if r.name == reference), None)
+        show_flops = any(r.flops is not None for r in self.rungs)
+        show_bytes = any(r.nbytes is not None for r in self.rungs)
         width = max(28, max(len(r.name) for r in self.rungs) + 2)
-        head = f"{'rung':<{width}}{'time':>12}{'GFLOP/s':>10}{'GB/s':>9}{'speed-up':>10}"
+        head = f"{'rung':<{width}}{'time':>12}"
+        head += f"{'GFLOP/s':>10}" if show_flops else ""
+        head += f"{'GB/s':>9}" if show_bytes else ""
+        head += f"{'speed-up':>10}"
         if ref is not None:
             head += f"  vs {reference}"
         lines = [self.title, head, "-" * len(head)]
         for r in self.rungs:
             row = f"{r.name:<{width}}{format_seconds(r.seconds):>12}"
-            row += f"{r.gflops:>10.3g}" if r.gflops is not None else f"{'':>10}"
-            row += f"{r.gbps:>9.3g}" if r.gbps is not None else f"{'':>9}"
+            if show_flops:
+                row += f"{r.gflops:>10.3g}" if r.gflops is not None else f"{'':>10}"
+            if show_bytes:
+                row += f"{r.gbps:>9.3g}" if r.gbps is not None else f"{'':>9}"
             row += f"{first / r.seconds:>9.3g}x"
             if ref is not None:
                 row += f"  {ref / r.seconds:.3g}x"

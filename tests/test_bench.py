@@ -47,6 +47,7 @@ def test_ladder_table_and_plots():
     ladder.add("torch reference", 0.005, flops=1e6, nbytes=1e5)
     text = ladder.table(reference="torch reference")
     assert "python loops" in text and "50x" in text.replace(" ", "")  # numpy: 1.0 / 0.02
+    assert "GFLOP/s" in text and "GFLOP/s" not in bench.Ladder("no counts", [bench.Rung("a", 1.0)]).table()
     ladder.add("numpy", 0.04)  # re-timing a rung replaces it
     assert [r.name for r in ladder.rungs] == ["python loops", "torch reference", "numpy"]
     ax = bench.plot_ladder(ladder)
