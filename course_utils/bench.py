@@ -292,8 +292,8 @@ def plot_ladder(ladder: Ladder, *, metric: str = "time", ax=None, recorded_label
     ax.barh(names, values, color=[color_for(n) for n in names])
     ax.set_xscale("log")
     positive = [v for v in values if v > 0]
-    if positive:  # whole decades at both ends, so the axis always has labelled major ticks
-        ax.set_xlim(10 ** np.floor(np.log10(min(positive))), 10 ** np.ceil(np.log10(max(positive)) + 1e-9))
+    if positive:  # whole decades at both ends (labelled major ticks), and the shortest bar still visible
+        ax.set_xlim(10 ** np.floor(np.log10(min(positive)) - 0.5), 10 ** np.ceil(np.log10(max(positive)) + 1e-9))
     from matplotlib.ticker import NullFormatter
 
     ax.xaxis.set_minor_formatter(NullFormatter())

@@ -52,6 +52,8 @@ def test_ladder_table_and_plots():
     assert [r.name for r in ladder.rungs] == ["python loops", "torch reference", "numpy"]
     ax = bench.plot_ladder(ladder)
     assert len(ax.patches) == 3 and ax.get_xscale() == "log"
+    low, high = ax.get_xlim()
+    assert low <= min(r.seconds for r in ladder.rungs) / 3 and high >= max(r.seconds for r in ladder.rungs)
     ceil = bench.Ceilings("cpu", "float32", peak_gflops=100.0, bandwidth_gbps=10.0, how="test")
     ax = bench.plot_roofline(ladder, ceil)
     assert len(ax.collections) == 2  # the two rungs with FLOPs and bytes
