@@ -10,7 +10,8 @@ Generation follows nbgrader's conventions, so an instructor can use either tool:
   function body, so the exercise still defines every name);
 * in markdown cells, such a region becomes ``YOUR ANSWER HERE``;
 * regions between ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS`` are removed;
-* outputs and execution counts are cleared; metadata (nbgrader's included) is kept.
+* outputs, execution counts and execution timestamps are cleared; other metadata (nbgrader's,
+  tags) is kept, and so is the notebook's, less saved widget state.
 """
 from __future__ import annotations
 
@@ -100,20 +101,21 @@ def make_exercise(nb, where: str = "notebook"):
     """Return a new notebook: solutions replaced by stubs, hidden tests removed, outputs cleared."""
     validate_solution_notebook(nb, where)
     out = nbformat.from_dict(nbformat.v4.new_notebook())
-    out.metadata = nb.metadata.copy()
+    out.metadata = {k: v for k, v in nb.metadata.items() if k != "widgets"}  # widget state is output
     out.nbformat, out.nbformat_minor = nb.nbformat, nb.nbformat_minor
     for index, cell in enumerate(nb.cells):
         cell_where = f"{where}, cell {index}"
+        metadata = {k: v for k, v in cell.metadata.items() if k != "execution"}  # run timestamps are output
         lines = cell.source.split("\n")
         if cell.cell_type == "code":
             lines = _strip_regions(lines, BEGIN_SOLUTION, END_SOLUTION, STUB_CODE, cell_where)
             lines = _strip_regions(lines, BEGIN_HIDDEN, END_HIDDEN, None, cell_where)
-            new = nbformat.v4.new_code_cell("\n".join(lines).rstrip("\n"), metadata=cell.metadata.copy())
+            new = nbformat.v4.new_code_cell("\n".join(lines).rstrip("\n"), metadata=metadata)
         elif cell.cell_type == "markdown":
             lines = _strip_regions(lines, BEGIN_SOLUTION, END_SOLUTION, STUB_MARKDOWN, cell_where)
-            new = nbformat.v4.new_markdown_cell("\n".join(lines), metadata=cell.metadata.copy())
+            new = nbformat.v4.new_markdown_cell("\n".join(lines), metadata=metadata)
         else:
-            new = nbformat.v4.new_raw_cell(cell.source, metadata=cell.metadata.copy())
+            new = nbformat.v4.new_raw_cell(cell.source, metadata=metadata)
         if "id" in cell:
             new["id"] = cell["id"]
         out.cells.append(new)

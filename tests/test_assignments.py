@@ -31,8 +31,11 @@ def test_outputs_cleared_and_metadata_kept():
     nb = toy_problem_set()
     nb.cells[1].outputs = [nbformat.v4.new_output("stream", text="hi\n")]
     nb.cells[1].execution_count = 7
+    nb.cells[1].metadata["execution"] = {"iopub.execute_input": "2026-01-01T00:00:00Z"}
+    nb.metadata["widgets"] = {"state": {}}
     exercise = make_exercise(nb)
     assert exercise.cells[1].outputs == [] and exercise.cells[1].execution_count is None
+    assert "execution" not in exercise.cells[1].metadata and "widgets" not in exercise.metadata
     assert exercise.cells[4].metadata["nbgrader"]["points"] == 2
 
 
