@@ -48,9 +48,11 @@ def apply_style() -> None:
 def color_for(label: str) -> str:
     """The course colour for a rung label: looks for loops/numpy/torch/triton in it."""
     low = label.lower()
-    for key in ("triton", "torch", "numpy", "loops", "reference"):
+    if "loop" in low:  # "numpy loops" is a loop rung
+        return COLORS["loops"]
+    for key in ("triton", "torch", "numpy", "reference"):
         if key in low:
             return COLORS[key]
-    if "loop" in low or "python" in low:
+    if "python" in low:
         return COLORS["loops"]
     return COLORS["reference"]

@@ -36,4 +36,6 @@ def test_style_is_applied_and_colors_are_stable():
     assert matplotlib.rcParams["axes.grid"] is True
     assert plotting.color_for("Triton kernel") == plotting.COLORS["triton"]
     assert plotting.color_for("python loops") == plotting.COLORS["loops"]
+    assert plotting.color_for("1 numpy loops") == plotting.COLORS["loops"]
+    assert plotting.color_for("numpy tiles") == plotting.COLORS["numpy"]
     assert plotting.color_for("something else") == plotting.COLORS["reference"]
