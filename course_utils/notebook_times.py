@@ -59,6 +59,17 @@ def time_notebook(path: Path, *, cell_timeout: float = 600) -> dict:
     }
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def machine_info() -> dict:
     import numpy
     import torch
@@ -70,7 +81,8 @@ def machine_info() -> dict:
     except ImportError:
         triton_version = None
     return {
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "machine": platform.machine(),
+        "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "numpy": numpy.__version__,
