@@ -33,8 +33,6 @@ and saves :math:`\mathrm{lse} = m + \log \ell` (natural log) for the backward, w
 from __future__ import annotations
 
 import math
-import os
-import sys
 from typing import Callable
 
 import numpy as np
@@ -42,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from .checks import CheckFailed, Mistake, call_learner, check_function
+from .env import import_triton
 
 __all__ = [
     "attention_naive",
@@ -234,16 +233,9 @@ def flash_attention_backward_tiles(q, k, v, o, lse, do, causal: bool = False, sc
     return dq, dk, dv
 
 
-# ---------------------------------------------------------------- rung 5: the Triton forward kernel
-# Triton picks interpreter or compiler when imported; on a machine without CUDA, switch to the
-# interpreter first (as setup() does), unless something already decided.
-if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - triton is a dependency of the course
-    triton = None
+# Triton picks interpreter or compiler when imported: env.import_triton() switches to the
+# interpreter on the CPU tier first, as setup() does.
+triton, tl = import_triton()
 
 if triton is not None:
 

@@ -23,7 +23,6 @@ As a GEMM (lesson 03, eq. 3): ``W`` viewed as ``(C_out, C_in*KH*KW)`` times the 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from .checks import CheckFailed, Mistake, check_function, check_value
+from .env import import_triton
 
 __all__ = [
     "conv_output_size",
@@ -259,17 +259,9 @@ def conv2d_blocked(x: np.ndarray, w: np.ndarray, stride: int = 1, padding: int =
     return conv2d_im2col(x, w, stride, padding, dilation, matmul=lambda a, b: blocked_matmul(a, b, **blocks))
 
 
-# ---------------------------------------------------------------- rung 6: implicit-GEMM Triton kernel
-# Triton chooses interpreter or compiler when it is imported (its own library functions are jitted then),
-# so on a machine without CUDA, switch to the interpreter before the first import, as setup() does.
-# Only when nothing has decided yet: an explicit TRITON_INTERPRET or an earlier import wins.
-if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - triton is a dependency of the course
-    triton = None
+# Triton picks interpreter or compiler when imported: env.import_triton() switches to the
+# interpreter on the CPU tier first, as setup() does.
+triton, tl = import_triton()
 
 if triton is not None:
 

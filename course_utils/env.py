@@ -106,6 +106,25 @@ def _configure_triton(tier: str) -> str:
     return "interpreted" if os.environ.get("TRITON_INTERPRET") == "1" else "compiled"
 
 
+def import_triton():
+    """Import Triton for a module that defines kernels: ``(triton, triton.language)``, or ``(None, None)``.
+
+    Triton decides between its interpreter and its compiler when it is imported, so on the CPU tier
+    this switches to the interpreter first, exactly as :func:`setup` does, unless something already
+    decided (an explicit ``TRITON_INTERPRET``, or Triton already imported). Kernel modules
+    (``convolution``, ``gemm``, ``attention``) call it so that tests and plain scripts work without
+    ``setup()``.
+    """
+    if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ and detect_tier() == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None, None
+    return triton, tl
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python's ``random``, NumPy's global generator and torch (CPU and CUDA)."""
     random.seed(seed)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -41,16 +40,11 @@ import torch
 
 from .bench import matmul_bytes, matmul_flops
 from .checks import CheckFailed, Mistake, call_learner, check_function
+from .env import import_triton
 
-# Triton picks interpreter or compiler when imported; as in course_utils.convolution, switch to the
-# interpreter on a machine without CUDA unless something already decided.
-if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - triton is a dependency of the course
-    triton = None
+# Triton picks interpreter or compiler when imported: env.import_triton() switches to the
+# interpreter on the CPU tier first, as setup() does.
+triton, tl = import_triton()
 
 __all__ = [
     "gemm_flops", "gemm_min_bytes", "gemm_intensity", "roofline_bound",

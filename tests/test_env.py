@@ -53,3 +53,18 @@ def test_bad_tier_override_is_a_clear_error(monkeypatch):
 def test_pick_by_tier():
     gpu = env_module.Env(tier="sm90", seed=0, triton_mode="compiled", device_name="H200")
     assert gpu.pick(cpu=1, cuda=2) == 2 and gpu.pick(cpu=1, cuda=2, sm90=3) == 3 and gpu.is_hopper
+
+
+def test_import_triton_chooses_the_interpreter_on_the_cpu_tier():
+    import subprocess
+    import sys
+
+    code = ("import os; from course_utils.env import import_triton; triton, tl = import_triton(); "
+            "print(os.environ.get('TRITON_INTERPRET'), triton is not None and tl is not None)")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["COURSE_TIER"] = "cpu"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.split() == ["1", "True"]
+    env["TRITON_INTERPRET"] = "0"  # an explicit choice wins
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.split()[0] == "0"
