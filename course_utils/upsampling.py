@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from .bench import single_thread  # noqa: F401  (re-exported: the lesson times rungs with up.single_thread())
+from .convolution import conv_output_size  # derived in lesson 03 (eq. 1); re-exported for lesson 04
 from .checks import CheckFailed, Mistake, check_function
 
 __all__ = [
@@ -151,11 +152,6 @@ def interpolation_matrix(in_size: int, out_size: int, align_corners: bool) -> np
 
 
 # ---------------------------------------------------------------- sizes
-def conv_output_size(size: int, kernel: int, stride: int = 1, padding: int = 0, dilation: int = 1) -> int:
-    """Output size of a convolution along one axis: ``floor((n + 2p - d(k-1) - 1) / s) + 1``."""
-    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
-
-
 def conv_transpose_output_size(size: int, kernel: int, stride: int = 1, padding: int = 0,
                                output_padding: int = 0, dilation: int = 1) -> int:
     """Output size of a transposed convolution along one axis (eq. 6): ``(n-1)s - 2p + d(k-1) + p_out + 1``."""
