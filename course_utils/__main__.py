@@ -43,7 +43,7 @@ def _grade(args) -> int:
     from .grader import EXIT_BAD_INPUT, EXIT_FULL, EXIT_NO_KERNEL, EXIT_PARTIAL, GradingInputError, KernelStartError, grade_notebook, write_json
 
     try:
-        report = grade_notebook(Path(args.path), cell_timeout=args.cell_timeout)
+        report = grade_notebook(Path(args.path), cell_timeout=args.cell_timeout, pristine=args.pristine)
     except GradingInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("path", help="the learner's notebook (.ipynb); it is never modified")
     p.add_argument("--json", metavar="OUT", help="also write the report as JSON to OUT")
     p.add_argument("--cell-timeout", type=float, default=120, metavar="S", help="seconds per cell before it is interrupted (default 120)")
+    p.add_argument("--pristine", metavar="SOLUTION", help="the course's solution notebook whose graded cells are used "
+                   "(default: solutions/ with the same file name)")
     p.set_defaults(func=_grade)
 
     p = sub.add_parser("doctor", help="check packages, device tier and Triton mode")
