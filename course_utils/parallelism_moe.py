@@ -1,0 +1,105 @@
+r"""Mixture of experts for lesson 09: a top-k router with capacity, the load-balancing loss, expert parallelism.
+
+Routing (eq. 9-11 of the lesson): softmax over the experts' logits, the ``k`` largest probabilities per token,
+gates renormalised over the chosen ``k``. Capacity: an expert takes at most ``C`` assignments; assignments
+are served first choices first (all tokens' first choice, then all second choices), each in token order,
+as GShard and Switch do. :func:`expert_parallel_on_rank` places one expert per rank and moves tokens with
+``all_to_all_single`` (gloo has it, with uneven splits).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+DIM, TOKENS_PER_RANK = 16, 24
+
+
+def capacity(tokens: int, experts: int, k: int, capacity_factor: float) -> int:
+    """Slots per expert (eq. 10): ``ceil(capacity_factor * k * tokens / experts)``."""
+    return math.ceil(capacity_factor * k * tokens / experts)
+
+
+def top_k_route(logits: torch.Tensor, k: int, cap: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(expert (T, k) int64, gate (T, k), keep (T, k) bool)`` for router logits ``(T, E)`` and capacity ``cap``."""
+    probs = logits.softmax(-1)  # (T, E)
+    top_p, expert = probs.topk(k, dim=-1)  # (T, k)
+    gate = top_p / top_p.sum(-1, keepdim=True)  # eq. 9
+    one_hot = F.one_hot(expert.t().reshape(-1), logits.shape[-1])  # (k*T, E), choice-major order
+    position = (one_hot.cumsum(0) - 1)[one_hot.bool()]  # (k*T,): slot of each assignment in its expert
+    keep = (position < cap).reshape(k, -1).t()  # (T, k)
+    return expert, gate, keep
+
+
+def slot_positions(expert: torch.Tensor, num_experts: int) -> torch.Tensor:
+    """``(T, k)``: each assignment's slot in its expert's queue, choice-major then token order."""
+    one_hot = F.one_hot(expert.t().reshape(-1), num_experts)  # (k*T, E)
+    return (one_hot.cumsum(0) - 1)[one_hot.bool()].reshape(expert.shape[1], -1).t()
+
+
+def load_balancing_loss(probs: torch.Tensor, expert: torch.Tensor, num_experts: int) -> torch.Tensor:
+    r"""Switch Transformer's auxiliary loss (eq. 11): ``E * sum_e f_e P_e``; 1 when perfectly balanced.
+
+    ``f_e``: share of the ``T k`` assignments that go to expert ``e``; ``P_e``: mean router probability of ``e``.
+    """
+    f = F.one_hot(expert.reshape(-1), num_experts).float().mean(0)  # (E,)
+    return num_experts * (f * probs.mean(0)).sum()
+
+
+def dropped_fraction(keep: torch.Tensor) -> float:
+    return 1.0 - keep.float().mean().item()
+
+
+def make_experts(num_experts: int, dim: int = DIM, seed: int = 0) -> nn.ModuleList:
+    torch.manual_seed(seed)
+    return nn.ModuleList(nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim)) for _ in range(num_experts))
+
+
+def make_router(num_experts: int, dim: int = DIM, seed: int = 0) -> nn.Linear:
+    torch.manual_seed(10_000 + seed)
+    return nn.Linear(dim, num_experts, bias=False)
+
+
+def make_moe_tokens(rank: int, tokens: int = TOKENS_PER_RANK, dim: int = DIM, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(4000 + 100 * seed + rank)
+    return torch.randn(tokens, dim, generator=g)  # (T, d)
+
+
+def moe_dense(x, router, experts, k: int, cap: int) -> torch.Tensor:
+    """One process, every expert local: ``y_t = sum_j keep_tj gate_tj expert_{e_tj}(x_t)`` (eq. 12)."""
+    expert, gate, keep = top_k_route(router(x), k, cap)
+    y = torch.zeros_like(x)  # (T, d)
+    for e, net in enumerate(experts):
+        rows, cols = ((expert == e) & keep).nonzero(as_tuple=True)
+        y = y.index_add(0, rows, gate[rows, cols, None] * net(x[rows]))
+    return y
+
+
+def expert_parallel_on_rank(k: int = 2, capacity_factor: float = 1.25, seed: int = 0) -> dict:
+    """Expert ``rank`` lives on rank ``rank``; this rank's tokens travel there and back with all_to_all_single."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    experts, router = make_experts(world, seed=seed), make_router(world, seed=seed)
+    x = make_moe_tokens(rank, seed=seed)  # (T, d)
+    cap = capacity(x.shape[0], world, k, capacity_factor)  # capacity per rank's batch, as in moe_dense
+    expert, gate, keep = top_k_route(router(x), k, cap)
+    rows, cols = keep.nonzero(as_tuple=True)  # kept assignments
+    order = torch.argsort(expert[rows, cols], stable=True)  # group them by destination expert
+    rows, cols = rows[order], cols[order]
+    send_counts = torch.bincount(expert[rows, cols], minlength=world)  # (world,)
+    recv_counts = torch.empty_like(send_counts)
+    dist.all_to_all_single(recv_counts, send_counts)  # everyone learns how many tokens arrive
+    received = x.new_empty(int(recv_counts.sum()), x.shape[1])
+    dist.all_to_all_single(received, x[rows], recv_counts.tolist(), send_counts.tolist())  # tokens out
+    processed = experts[rank](received)  # (received, d): this rank's expert on everyone's tokens
+    back = x.new_empty(len(rows), x.shape[1])
+    dist.all_to_all_single(back, processed, send_counts.tolist(), recv_counts.tolist())  # results home
+    y = torch.zeros_like(x).index_add(0, rows, gate[rows, cols, None] * back)
+    return {"y": y.detach(), "dense": moe_dense(x, router, experts, k, cap).detach(),
+            "sent": send_counts.tolist(), "received": recv_counts.tolist()}
+
+
+__all__ = ["capacity", "top_k_route", "slot_positions", "load_balancing_loss", "dropped_fraction", "make_experts",
+           "make_router", "make_moe_tokens", "moe_dense", "expert_parallel_on_rank"]
