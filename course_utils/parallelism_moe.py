@@ -1,7 +1,8 @@
 r"""Mixture of experts for lesson 09: a top-k router with capacity, the load-balancing loss, expert parallelism.
 
-Routing (eq. 9-11 of the lesson): softmax over the experts' logits, the ``k`` largest probabilities per token,
-gates renormalised over the chosen ``k``. Capacity: an expert takes at most ``C`` assignments; assignments
+Routing (eq. 9-11 of the lesson): softmax over the experts' logits, the ``k`` largest probabilities per token;
+with ``k = 1`` the gate is that probability (Switch Transformer, so the router gets a gradient), with ``k > 1``
+the gates are renormalised over the chosen ``k`` (Mixtral). Capacity: an expert takes at most ``C`` assignments; assignments
 are served first choices first (all tokens' first choice, then all second choices), each in token order,
 as GShard and Switch do. :func:`expert_parallel_on_rank` places one expert per rank and moves tokens with
 ``all_to_all_single`` (gloo has it, with uneven splits).
@@ -27,7 +28,7 @@ def top_k_route(logits: torch.Tensor, k: int, cap: int) -> tuple[torch.Tensor, t
     """``(expert (T, k) int64, gate (T, k), keep (T, k) bool)`` for router logits ``(T, E)`` and capacity ``cap``."""
     probs = logits.softmax(-1)  # (T, E)
     top_p, expert = probs.topk(k, dim=-1)  # (T, k)
-    gate = top_p / top_p.sum(-1, keepdim=True)  # eq. 9
+    gate = top_p if k == 1 else top_p / top_p.sum(-1, keepdim=True)  # eq. 9: Switch keeps p, top-k renormalises
     one_hot = F.one_hot(expert.t().reshape(-1), logits.shape[-1])  # (k*T, E), choice-major order
     position = (one_hot.cumsum(0) - 1)[one_hot.bool()]  # (k*T,): slot of each assignment in its expert
     keep = (position < cap).reshape(k, -1).t()  # (T, k)
