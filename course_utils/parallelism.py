@@ -89,6 +89,9 @@ class Cluster:
         import cloudpickle
 
         k, self._next = self._next, self._next + 1
+        module = sys.modules.get(getattr(fn, "__module__", None) or "")
+        if module is not None and module.__name__.split(".")[0] not in ("__main__", "course_utils", "torch", "builtins"):
+            cloudpickle.register_pickle_by_value(module)  # e.g. a test module the workers cannot import
         tmp = self.folder / f"job{k}.tmp"
         with open(tmp, "wb") as f:
             cloudpickle.dump((fn, args, kwargs), f)

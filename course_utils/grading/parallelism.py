@@ -18,6 +18,14 @@ def _gen(rng) -> torch.Generator:
     return torch.Generator().manual_seed(int(rng.integers(2**31)))
 
 
+def _check(fn, reference, makers, *, name, trials, seed, **kw) -> None:
+    """``check_function`` over several input generators: interior sizes first (where every named mistake shows),
+    quietly, then sizes with the edges (one rank, one token, capacity 0), whose success line is printed."""
+    for make in makers[:-1]:
+        check_function(fn, reference, make, name=name, trials=max(2, trials // 3), seed=seed, quiet=True, **kw)
+    check_function(fn, reference, makers[-1], name=name, trials=trials, seed=seed, **kw)
+
+
 def _bounds(n: int, world: int) -> list[int]:
     return [i * n // world for i in range(world + 1)]
 
@@ -43,11 +51,11 @@ def _reference_column_row_mlp_partials(x, w1, b1, w2, b2, world):
     return _mlp_partials(x, w1, b1, w2, b2, world)
 
 
-def _mlp_inputs(rng):
+def _mlp_inputs(rng, interior=False):
     g = _gen(rng)
-    world = int(rng.choice([1, 2, 3, 4]))
-    batch, h, h_out = int(rng.choice([1, 2, 5])), int(rng.integers(2, 9)), int(rng.integers(1, 7))
-    f = world * int(rng.integers(1, 5))
+    world = int(rng.choice([2, 3, 4] if interior else [1, 2, 3, 4]))
+    batch, h, h_out = int(rng.choice([2, 5] if interior else [1, 2, 5])), int(rng.integers(2, 9)), int(rng.integers(1, 7))
+    f = world * int(rng.integers(2 if interior else 1, 5))
     return (torch.randn(batch, h, generator=g), torch.randn(f, h, generator=g), torch.randn(f, generator=g),
             torch.randn(h_out, f, generator=g), torch.randn(h_out, generator=g), world)
 
@@ -66,8 +74,8 @@ def check_column_row_mlp_partials(fn: Callable, *, seed: int | None = None, tria
                 variant(gelu=False)),
         Mistake("tanh gelu", "use the exact GELU (F.gelu's default), not the tanh approximation.", variant(approximate="tanh")),
     ]
-    check_function(fn, _reference_column_row_mlp_partials, _mlp_inputs, name="column_row_mlp_partials", trials=trials,
-                   seed=seed, mistakes=mistakes, n=64,
+    _check(fn, _reference_column_row_mlp_partials, [lambda rng: _mlp_inputs(rng, True), _mlp_inputs],
+           name="column_row_mlp_partials", trials=trials, seed=seed, mistakes=mistakes, n=64,
                    forbidden=("course_utils.grading.parallelism._reference_column_row_mlp_partials",
                               "course_utils.parallelism_tensor.tp_mlp_on_rank"))
 
@@ -106,8 +114,8 @@ def _reference_ring_all_reduce_sim(xs):
     return _ring(xs)
 
 
-def _ring_inputs(rng):
-    p = int(rng.choice([1, 2, 3, 4, 5, 6]))
+def _ring_inputs(rng, interior=False):
+    p = int(rng.choice([3, 4, 5, 6] if interior else [1, 2, 3, 4, 5, 6]))
     n = int(rng.choice([p, p * int(rng.integers(1, 4)), p * 2 + int(rng.integers(1, p + 1))]))
     return (torch.randn(p, n, dtype=torch.float64, generator=_gen(rng)),)
 
@@ -124,7 +132,8 @@ def check_ring_all_reduce_sim(fn: Callable, *, seed: int | None = None, trials: 
         Mistake("overwrite", "reduce-scatter adds the received chunk to the local one; only the all-gather overwrites.",
                 variant(overwrite=True)),
     ]
-    check_function(fn, _reference_ring_all_reduce_sim, _ring_inputs, name="ring_all_reduce_sim", trials=trials, seed=seed,
+    _check(fn, _reference_ring_all_reduce_sim, [lambda rng: _ring_inputs(rng, True), _ring_inputs],
+           name="ring_all_reduce_sim", trials=trials, seed=seed,
                    mistakes=mistakes, n=8,
                    forbidden=("course_utils.grading.parallelism._reference_ring_all_reduce_sim",
                               "course_utils.parallelism.ring_all_reduce", "torch.distributed.all_reduce"))
@@ -135,7 +144,9 @@ def _reference_interleaved_bubble_fraction(p, m, v):
     return (p - 1) / (v * m + p - 1)
 
 
-def _bubble_inputs(rng):
+def _bubble_inputs(rng, interior=False):
+    if interior:
+        return int(rng.integers(2, 17)), int(rng.integers(1, 65)), int(rng.integers(2, 5))
     return int(rng.choice([1, 2, 4, int(rng.integers(2, 17))])), int(rng.choice([1, 2, int(rng.integers(1, 65))])), \
         int(rng.choice([1, int(rng.integers(2, 5))]))
 
@@ -152,8 +163,8 @@ def check_interleaved_bubble_fraction(fn: Callable, *, seed: int | None = None, 
         Mistake("p not p-1", "the first stage waits for p - 1 others, not p: (p - 1) in both places.",
                 lambda p, m, v: p / (v * m + p)),
     ]
-    check_function(fn, _reference_interleaved_bubble_fraction, _bubble_inputs, name="interleaved_bubble_fraction",
-                   trials=trials, seed=seed, mistakes=mistakes,
+    _check(fn, _reference_interleaved_bubble_fraction, [lambda rng: _bubble_inputs(rng, True), _bubble_inputs],
+           name="interleaved_bubble_fraction", trials=trials, seed=seed, mistakes=mistakes,
                    forbidden=("course_utils.grading.parallelism._reference_interleaved_bubble_fraction",
                               "course_utils.parallelism_pipeline.bubble_fraction_predicted"))
 
@@ -176,7 +187,14 @@ def _reference_route_top_k(logits, k, cap):
     return _route(logits, k, cap)
 
 
-def _route_inputs(rng):
+def _route_inputs(rng, k=None):
+    """Logits, k, capacity. With ``k`` given (interior sizes): enough tokens, and a capacity below the mean
+    load ``kT/E``, so that some expert overflows and every mistake about the queue order shows."""
+    if k is not None:
+        tokens, experts = int(rng.integers(6, 41)), int(rng.integers(3, 9))
+        k = min(k, experts)
+        cap = int(rng.integers(1, max(2, -(-k * tokens // experts))))
+        return torch.randn(tokens, experts, generator=_gen(rng)) * float(rng.choice([1.0, 3.0])), k, cap
     tokens, experts = int(rng.choice([1, 2, int(rng.integers(3, 41))])), int(rng.integers(2, 9))
     k = int(rng.integers(1, min(3, experts) + 1))
     cap = int(rng.choice([0, 1, max(1, k * tokens // experts), int(rng.integers(0, k * tokens + 1))]))
@@ -195,8 +213,9 @@ def check_route_top_k(fn: Callable, *, seed: int | None = None, trials: int = 10
         Mistake("capacity off by one", "an expert takes cap assignments: slots 0 .. cap-1 (keep = slot < cap).", variant(slack=1)),
     ]
     rtol, atol = tolerance_for(torch.float32)  # the gates; experts and keep are integers and compare exactly anyway
-    check_function(fn, _reference_route_top_k, _route_inputs, name="route_top_k", trials=trials, seed=seed,
-                   mistakes=mistakes, rtol=rtol, atol=atol,
+    _check(fn, _reference_route_top_k, [lambda rng: _route_inputs(rng, 1), lambda rng: _route_inputs(rng, 2),
+                                        _route_inputs], name="route_top_k", trials=trials, seed=seed,
+           mistakes=mistakes, rtol=rtol, atol=atol,
                    forbidden=("course_utils.grading.parallelism._reference_route_top_k",
                               "course_utils.parallelism_moe.top_k_route", "course_utils.parallelism_moe.slot_positions"))
 
@@ -221,15 +240,15 @@ def _reference_dispatch_to_experts(x, expert, keep, num_experts, cap):
     return _dispatch(x, expert, keep, num_experts, cap)
 
 
-def _moe_inputs(rng):
-    logits, k, cap = _route_inputs(rng)
+def _moe_inputs(rng, interior=False):
+    logits, k, cap = _route_inputs(rng, int(rng.integers(2, 4)) if interior else None)
     expert, gate, keep = _route(logits, k, cap)
     x = torch.randn(logits.shape[0], int(rng.integers(1, 6)), generator=_gen(rng))  # (T, d)
     return x, expert, gate, keep, logits.shape[1], cap
 
 
-def _dispatch_inputs(rng):
-    x, expert, _, keep, num_experts, cap = _moe_inputs(rng)
+def _dispatch_inputs(rng, interior=False):
+    x, expert, _, keep, num_experts, cap = _moe_inputs(rng, interior)
     return x, expert, keep, num_experts, cap
 
 
@@ -241,8 +260,8 @@ def check_dispatch_to_experts(fn: Callable, *, seed: int | None = None, trials: 
         Mistake("first choice only", "dispatch every kept assignment, all k choices of each token.",
                 lambda x, e, keep, n, cap: _dispatch(x, e[:, :1], keep[:, :1], n, cap)),
     ]
-    check_function(fn, _reference_dispatch_to_experts, _dispatch_inputs, name="dispatch_to_experts", trials=trials,
-                   seed=seed, mistakes=mistakes,
+    _check(fn, _reference_dispatch_to_experts, [lambda rng: _dispatch_inputs(rng, True), _dispatch_inputs],
+           name="dispatch_to_experts", trials=trials, seed=seed, mistakes=mistakes,
                    forbidden=("course_utils.grading.parallelism._reference_dispatch_to_experts",
                               "course_utils.parallelism_moe.slot_positions"))
 
@@ -263,8 +282,8 @@ def _reference_combine_from_experts(expert_out, expert, gate, keep):
     return _combine(expert_out, expert, gate, keep)
 
 
-def _combine_inputs(rng):
-    x, expert, gate, keep, num_experts, cap = _moe_inputs(rng)
+def _combine_inputs(rng, interior=False):
+    x, expert, gate, keep, num_experts, cap = _moe_inputs(rng, interior)
     return torch.randn(num_experts, cap, x.shape[1], generator=_gen(rng)), expert, gate, keep
 
 
@@ -276,7 +295,7 @@ def check_combine_from_experts(fn: Callable, *, seed: int | None = None, trials:
         Mistake("token major", "read the slots in the router's priority order: first choices of all tokens, then second.",
                 lambda o, e, g, k: _combine(o, e, g, k, token_major=True)),
     ]
-    check_function(fn, _reference_combine_from_experts, _combine_inputs, name="combine_from_experts", trials=trials,
-                   seed=seed, mistakes=mistakes, n=4,
+    _check(fn, _reference_combine_from_experts, [lambda rng: _combine_inputs(rng, True), _combine_inputs],
+           name="combine_from_experts", trials=trials, seed=seed, mistakes=mistakes, n=4,
                    forbidden=("course_utils.grading.parallelism._reference_combine_from_experts",
                               "course_utils.parallelism_moe.moe_dense"))
