@@ -127,7 +127,22 @@ class Cluster:
         self.close()
 
 
-# ---------------------------------------------------------------- collectives (section 1)
+def count_all_reduces(fn: Callable, *args: Any, **kwargs: Any) -> tuple[Any, int]:
+    """Run ``fn`` on this rank with ``dist.all_reduce`` counted: ``(result, number of all-reduce calls)``."""
+    original, calls = dist.all_reduce, []
+
+    def counted(*a, **kw):
+        calls.append(1)
+        return original(*a, **kw)
+
+    dist.all_reduce = counted
+    try:
+        return fn(*args, **kwargs), len(calls)
+    finally:
+        dist.all_reduce = original
+
+
+# ---------------------------------------------------------------- collectives (section 2)
 def ring_chunks(n: int, world: int) -> list[slice]:
     """The ``world`` contiguous chunks a ring all-reduce cuts a vector of ``n`` elements into (torch.tensor_split's)."""
     bounds = [i * n // world for i in range(world + 1)]
@@ -177,5 +192,5 @@ def reduce_scatter_bytes_per_rank(n_bytes: float, world: int) -> float:
     return (world - 1) / world * n_bytes
 
 
-__all__ = ["Cluster", "WorkerError", "free_port", "torchrun_command", "multinode_command", "ring_chunks",
+__all__ = ["Cluster", "WorkerError", "free_port", "torchrun_command", "multinode_command", "count_all_reduces", "ring_chunks",
            "ring_all_reduce", "all_reduce_bytes_per_rank", "reduce_scatter_bytes_per_rank"]

@@ -2,13 +2,20 @@ r"""Data parallelism for lesson 09: a small model, its batches, DDP with a count
 
 The functions that take no process group run anywhere (the single-process references); the ``*_on_rank``
 ones run inside a :class:`course_utils.parallelism.Cluster` job. Byte formulas for sharded data
-parallelism come from lesson 08's ZeRO equation (:func:`course_utils.training_memory.zero_bytes_per_gpu`).
+parallelism come from lesson 08's ZeRO equation, re-exported here as ``zero_bytes_per_gpu`` (it moves
+from ``training_memory`` to ``training_memory_plan`` when lesson 08 is split; importing it from here
+works before and after).
 """
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+try:  # lesson 08's ZeRO formula (eq. 5 of lesson 09), imported, never copied; its home once lesson 08 is split
+    from .training_memory_plan import zero_bytes_per_gpu
+except ImportError:  # pragma: no cover - before that split
+    from .training_memory import zero_bytes_per_gpu
 
 FEATURES, HIDDEN, BATCH = 16, 64, 32
 

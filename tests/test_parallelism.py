@@ -12,7 +12,7 @@ from course_utils import parallelism_moe as pmoe
 from course_utils import parallelism_pipeline as ppipe
 from course_utils import parallelism_tensor as ptp
 from course_utils.checks import assert_close
-from course_utils.training_memory import zero_bytes_per_gpu
+from course_utils.parallelism_data import zero_bytes_per_gpu  # lesson 08's formula, re-exported
 
 P = 4
 
@@ -149,7 +149,9 @@ def test_fsdp_bytes_match_zero3_and_weights_match_one_process(cluster):
 ])
 def test_tensor_parallel_blocks_equal_the_unsharded_block(cluster, job, block, sharded):
     ref = ptp.reference_grads(block(seed=0))
-    results = cluster.run(job, 0)
+    counted = cluster.run(par.count_all_reduces, job, 0)
+    assert [c for _, c in counted] == [2] * P  # one all-reduce forward, one backward, per block
+    results = [r for r, _ in counted]
     for r in results:
         assert_close(r["out"], ref["out"], n=4 * ptp.HIDDEN, name="output")
         assert_close(r["x_grad"], ref["x_grad"], n=4 * ptp.HIDDEN, name="input gradient")
