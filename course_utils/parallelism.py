@@ -14,6 +14,7 @@ the lesson), and the byte counts of eq. 3. The other parts of the lesson live in
 """
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import socket
@@ -37,10 +38,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun_command(nproc: int, port: int, folder: str | Path) -> list[str]:
+def torchrun_command(nproc: int, port: int, folder: str | Path, owner_pid: int | None = None) -> list[str]:
     """The command :class:`Cluster` runs: this interpreter's torchrun with the course's worker module."""
+    owner = [] if owner_pid is None else ["--owner-pid", str(owner_pid)]
     return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port",
-            str(port), "--monitor-interval", "0.1", "-m", "course_utils.parallelism_workers", "--dir", str(folder)]
+            str(port), "--monitor-interval", "0.1", "-m", "course_utils.parallelism_workers", "--dir", str(folder), *owner]
 
 
 def multinode_command(nnodes: int, nproc_per_node: int, endpoint: str, job_id: str = "lesson09") -> str:
@@ -66,9 +68,10 @@ class Cluster:
         self.log_path = self.folder / "torchrun.log"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
         env.pop("MPLBACKEND", None)
-        self.command = torchrun_command(nproc, free_port(), self.folder)
+        self.command = torchrun_command(nproc, free_port(), self.folder, os.getpid())
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT))
+        atexit.register(self.close)
         self._wait_for([self.folder / f"ready{r}" for r in range(nproc)], "start")
 
     def _wait_for(self, paths: list[Path], what: str) -> None:
@@ -108,6 +111,7 @@ class Cluster:
         return results
 
     def close(self, kill: bool = False) -> None:
+        """Stop the workers (they finish the job they are in); ``kill=True`` ends torchrun at once."""
         if self.proc.poll() is None and not kill:
             with open(self.folder / "stop.tmp", "w") as f:
                 f.write("stop")

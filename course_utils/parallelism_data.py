@@ -129,4 +129,4 @@ def adamw_reference(seed: int = 0, steps: int = 2, lr: float = 1e-2) -> list[tor
 
 
 __all__ = ["make_mlp", "make_batch", "loss_fn", "full_batch_gradients", "batch_shard", "ddp_gradients_on_rank",
-           "state_bytes", "fsdp_step_on_rank", "adamw_reference"]
+           "state_bytes", "fsdp_step_on_rank", "adamw_reference", "zero_bytes_per_gpu"]

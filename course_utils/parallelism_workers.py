@@ -4,7 +4,8 @@ r"""The worker process behind :class:`course_utils.parallelism.Cluster` (lesson 
 
 Each rank joins the gloo process group, writes ``D/ready<rank>``, then runs jobs in order: it waits for
 ``D/job<k>.pkl`` (a cloudpickled ``(fn, args, kwargs)``), calls ``fn`` and writes ``("ok", result)`` or
-``("error", traceback)`` to ``D/result<k>_<rank>.pkl``. A ``D/stop`` file ends the loop. Collectives time
+``("error", traceback)`` to ``D/result<k>_<rank>.pkl``. A ``D/stop`` file ends the loop, and so does the
+end of the notebook's process (``--owner-pid``), so that a killed kernel leaves no workers behind. Collectives time
 out after a minute, so one rank's exception cannot hang the others forever.
 """
 from __future__ import annotations
@@ -26,7 +27,17 @@ def _write(path: Path, record) -> None:
     os.replace(tmp, path)
 
 
-def serve(folder: Path) -> None:
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def serve(folder: Path, owner_pid: int | None = None) -> None:
     import torch
     import torch.distributed as dist
 
@@ -37,12 +48,15 @@ def serve(folder: Path) -> None:
     (folder / f"ready{rank}").write_text("ready")
     k = 0
     while True:
-        job = folder / f"job{k}.pkl"
+        job, pause, waited = folder / f"job{k}.pkl", 0.001, 0.0
         while not job.exists():
-            if (folder / "stop").exists() or not folder.exists():
+            orphaned = owner_pid is not None and waited > 1.0 and not _alive(owner_pid)
+            if (folder / "stop").exists() or not folder.exists() or orphaned:
                 dist.destroy_process_group()
                 return
-            time.sleep(0.002)
+            time.sleep(pause)
+            waited += pause
+            pause = min(0.02, pause * 1.5)  # poll fast right after a job, gently when idle
         try:
             with open(job, "rb") as f:
                 fn, args, kwargs = pickle.load(f)
@@ -57,7 +71,9 @@ def serve(folder: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", required=True, help="the folder the notebook writes jobs into")
-    serve(Path(parser.parse_args().dir))
+    parser.add_argument("--owner-pid", type=int, default=None, help="exit when this process (the notebook) is gone")
+    args = parser.parse_args()
+    serve(Path(args.dir), args.owner_pid)
 
 
 if __name__ == "__main__":
