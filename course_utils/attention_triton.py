@@ -87,7 +87,8 @@ if triton is not None:
         for start_n in range(0, lo, BLOCK_N):
             m_i, l_i, acc = attention_tile_step(q, m_i, l_i, acc, k_base, v_base, start_n, offs_m, offs_n, offs_d,
                                                 seqlen_k, stride_kn, stride_vn, scale_log2e, False, DOT_PRECISION)
-        # Stage 2 (causal): the blocks that straddle the diagonal, masked; blocks right of it are never loaded.
+        # Stage 2 (causal): the blocks that straddle the diagonal (BLOCK_M / BLOCK_N of them when BLOCK_M >= BLOCK_N),
+        # masked; blocks right of it are never loaded.
         if CAUSAL:
             hi = tl.minimum((start_m + 1) * BLOCK_M, seqlen_k)
             for start_n in range(lo, hi, BLOCK_N):
@@ -101,6 +102,7 @@ if triton is not None:
                  acc.to(o_ptr.dtype.element_ty), mask=m_ok[:, None])
 else:  # pragma: no cover
     attention_tile_step = flash_attention_fwd_kernel = None
+
 
 def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                            scale: float | None = None, block_m: int = 16, block_n: int = 16,
