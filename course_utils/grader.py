@@ -325,6 +325,20 @@ def _earlier_error(cells) -> tuple[str, str] | None:
     return None
 
 
+def _kernel_manager(kernel_name: str, folder: Path):
+    """A kernel manager that talks to the kernel over local IPC sockets where the OS has them.
+
+    Over TCP (Jupyter's default) ipykernel warns, on every start, that its traffic is unencrypted;
+    a grader starts one kernel per submission, so the warning would fill an instructor's screen.
+    IPC sockets are files only this user can open: no warning, and nothing listening on a port.
+    """
+    from jupyter_client.manager import AsyncKernelManager
+
+    if os.name != "posix":
+        return AsyncKernelManager(kernel_name=kernel_name)
+    return AsyncKernelManager(kernel_name=kernel_name, transport="ipc", ip=str(folder / "kernel"))
+
+
 def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: str = "python3", startup_timeout: float = 60,
                    pristine: Path | str | None = None) -> GradeReport:
     """Execute a copy of the notebook at ``path`` and grade each exercise against the pristine checks."""
@@ -345,8 +359,10 @@ def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: 
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
 
+    workdir = Path(tempfile.mkdtemp(prefix="l2k-grade-"))
     client = NotebookClient(
         nb,
+        km=_kernel_manager(kernel_name, workdir),
         timeout=cell_timeout,
         startup_timeout=startup_timeout,
         kernel_name=kernel_name,
@@ -359,7 +375,6 @@ def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: 
     timed_out: set[int] = set()
     dead_at: int | None = None
     started = time.monotonic()
-    workdir = Path(tempfile.mkdtemp(prefix="l2k-grade-"))
     preamble = _preamble_namespace(reference)
     # the learner's cells of each exercise: those after the previous graded cell, in the submission's order
     positions = sorted((i, gid) for gid, (i, _c) in submitted.items())
