@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from .attention import _scale, flash_attention_backward_tiles, flash_attention_forward_numpy
-from .env import import_triton
+from .env import TRITON_MISSING, TritonUnavailable, import_triton
 
 __all__ = [
     "attention_tile_step",
@@ -113,8 +113,8 @@ def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
     (the interpreter's bf16 is wrong, so use fp32 on a CPU). ``D`` and the blocks are powers of two >= 16.
     ``num_warps`` / ``num_stages`` are passed to the compiled launch on a GPU (the benchmark tunes them).
     """
-    if triton is None:  # pragma: no cover
-        raise RuntimeError("triton is not installed")
+    if triton is None:  # pragma: no cover - macOS, Windows, Arm Linux; env.needs_triton turns this into a notice
+        raise TritonUnavailable(TRITON_MISSING.format(what="the Triton FlashAttention kernel"))
     if q.dim() != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"expected q (B, H, Lq, D) and k, v (B, H, Lk, D); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     b, h, lq, d = q.shape
