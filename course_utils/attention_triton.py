@@ -15,6 +15,12 @@ interpreter on the CPU tier first, as ``setup()`` does.
 """
 from __future__ import annotations
 
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 
 from .attention import _scale, flash_attention_backward_tiles, flash_attention_forward_numpy
@@ -26,6 +32,7 @@ __all__ = [
     "flash_attention_triton",
     "FlashAttentionFunction",
     "flash_attention",
+    "compile_attention_forward",
 ]
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e)), the GPU's native exponential
@@ -174,3 +181,49 @@ class FlashAttentionFunction(torch.autograd.Function):
 def flash_attention(q, k, v, causal: bool = False, scale: float | None = None, block_m: int = 16, block_n: int = 16):
     """Differentiable FlashAttention on ``(B, H, L, D)`` tensors (see :class:`FlashAttentionFunction`)."""
     return FlashAttentionFunction.apply(q, k, v, causal, scale, block_m, block_n)
+
+
+# ---------------------------------------------------------------- the kernel compiled for a GPU, without one
+_FWD_ARGS = ["q_ptr", "k_ptr", "v_ptr", "o_ptr", "lse_ptr", "stride_qh", "stride_qm", "stride_kh", "stride_kn",
+             "stride_vh", "stride_vn", "stride_oh", "stride_om", "seqlen_q", "seqlen_k", "scale_log2e"]
+
+
+def _compile_here(arch: int, causal: bool = True, head_dim: int = 128, block_m: int = 128, block_n: int = 64,
+                  num_warps: int = 8, num_stages: int = 3, dtype: str = "bf16"):
+    from .gpu_compile import compile_for
+
+    signature = dict(zip(_FWD_ARGS, [f"*{dtype}"] * 4 + ["*fp32"] + ["i32"] * 10 + ["fp32"]))
+    constexprs = {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_M": block_m, "BLOCK_N": block_n,
+                  "DOT_PRECISION": "ieee" if dtype == "fp32" else "tf32"}
+    signature.update(dict.fromkeys(constexprs, "constexpr"))
+    return compile_for(flash_attention_fwd_kernel, arch=arch, signature=signature, constexprs=constexprs,
+                       divisible=_FWD_ARGS[:13], num_warps=num_warps, num_stages=num_stages, sass=False)
+
+
+def compile_attention_forward(configs: list[dict]) -> list:
+    """Compile :func:`flash_attention_fwd_kernel` for GPUs this machine may not have (``course_utils.gpu_compile``).
+
+    Each config holds ``arch`` (80, 90, ...) and optionally ``causal``, ``head_dim``, ``block_m``, ``block_n``,
+    ``num_warps``, ``num_stages`` and ``dtype`` (``"bf16"``); returns one ``gpu_compile.Compiled`` per config
+    (registers, spills, shared memory, ``mma.sync``/``wgmma``...). Under Triton's interpreter (the CPU tier)
+    the compile runs in a fresh process that selects the compiler, since ``compile_for`` cannot compile
+    a kernel that calls a ``@triton.jit`` helper while the interpreter is on.
+    """
+    if triton is None:
+        raise TritonUnavailable(TRITON_MISSING.format(what="compiling the Triton FlashAttention kernel"))
+    from triton import knobs
+
+    if not knobs.runtime.interpret:
+        return [_compile_here(**config) for config in configs]
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1",
+               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    code = ("import pickle, sys\nfrom course_utils.attention_triton import _compile_here\n"
+            "configs = pickle.loads(sys.stdin.buffer.read())\n"
+            "sys.stdout.buffer.write(pickle.dumps([_compile_here(**c) for c in configs]))")
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(list(configs)), capture_output=True,
+                         env=env, timeout=900)
+    if out.returncode != 0:
+        lines = out.stderr.decode(errors="replace").strip().splitlines()
+        raise RuntimeError(f"compiling the attention kernel failed: {lines[-1] if lines else out.returncode}")
+    return pickle.loads(out.stdout)
