@@ -386,7 +386,7 @@ def check_conv1x1(conv1x1: Callable, *, trials: int = 4, seed: int | None = None
         h, wd = (int(rng.integers(3, 6)), int(rng.integers(3, 6))) if t % 2 == 0 else (1, int(rng.integers(1, 4)))
         if t == 3:
             c = 1
-        c_out = c if rng.random() < 0.5 else int(rng.integers(2, 6))
+        c_out = c if (t == 0 or rng.random() < 0.5) else int(rng.integers(2, 6))  # square first: names w.T
         x = torch.from_numpy(rng.standard_normal((n, c, h, wd)).astype(np.float32))
         w = torch.from_numpy(rng.standard_normal((c_out, c)).astype(np.float32))
         return x, w

@@ -74,9 +74,9 @@ def check_interpolation_matrix(interpolation_matrix: Callable, *, trials: int = 
         if t < 2:  # upsampling by 2-3x, the lesson's case; every named mistake differs here
             in_size = int(rng.integers(3, 9))
             return in_size, int(in_size * rng.integers(2, 4) + rng.integers(0, 3))
-        kind = t % 4
+        kind = (0, 2, 1, 3)[(t - 2) // 2 % 4]  # each kind twice in a row: once per align_corners setting
         in_size = int(rng.integers(1, 9)) if kind == 0 else int(rng.integers(2, 12))
-        out = {0: int(rng.integers(1, 3)),                      # an output of 1 or 2 pixels
+        out = {0: 1 if t % 2 else int(rng.integers(1, 3)),      # an output of 1 pixel (align_corners: no m - 1)
                1: in_size,                                      # same size: the identity
                2: int(rng.integers(1, in_size + 1)),            # downsampling
                3: int(rng.integers(in_size, 4 * in_size + 1))}[kind]
@@ -241,7 +241,7 @@ def check_conv_transpose_by_zero_insertion(conv_transpose_by_zero_insertion: Cal
         p = int(rng.integers(0, k))  # padding <= k - 1 so that k - 1 - p >= 0
         op = s - 1 if t == 0 else int(rng.integers(0, s))  # the first trial names the axis and p_out mistakes
         h, w = (int(rng.integers(3, 7)), int(rng.integers(3, 7))) if t % 2 == 0 else (1, int(rng.integers(1, 4)))
-        if (h - 1) * s + k - 2 * p + op < 1:  # an empty output: take no padding instead
+        if (min(h, w) - 1) * s + k - 2 * p + op < 1:  # an empty output: take no padding instead
             p = 0
         g = torch.Generator().manual_seed(int(rng.integers(1 << 30)))
         x = torch.randn(int(rng.integers(1, 3)), c_in, h, w, generator=g, dtype=torch.float64)
