@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .env import import_triton
+from .env import TritonUnavailable, import_triton
 
 __all__ = [
     "conv_output_size",
@@ -212,7 +212,7 @@ def conv2d_triton(x: torch.Tensor, w: torch.Tensor, stride: int = 1, padding: in
     Block sizes must be powers of two and at least 16 (``tl.dot``'s minimum on a GPU).
     """
     if triton is None:  # pragma: no cover
-        raise RuntimeError("triton is not installed")
+        raise TritonUnavailable("Triton is not installed on this machine: cv.conv2d_triton needs it")
     if x.dtype != torch.float32 or w.dtype != torch.float32:
         raise TypeError("conv2d_triton computes in fp32 (the interpreter's bf16 is wrong); pass float32 tensors")
     for name, b in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
