@@ -12,6 +12,7 @@ from conftest import fails_with, stub  # noqa: E402
 from course_utils import convolution as cv
 from course_utils.checks import CheckFailed, ForbiddenCall, NotAttempted
 from course_utils.grading import convolution as grading
+from course_utils.grading import convolution_backward as backward
 
 SEEDS = range(4)
 
@@ -215,7 +216,7 @@ def test_conv2d_grad_weight_check():
     named(check, lambda *a: np.ascontiguousarray(_grad_weight(*a)[..., ::-1, ::-1]), "flipped")
     named(check, lambda x, g, k, s, p: _grad_weight(x, g, k, s, p) / x.shape[0], "averaged")
     named(check, lambda x, g, k, s, p: _grad_weight(x[:1], g[:1], k, s, p), "first sample")
-    named(check, lambda x, g, k, s, p: grading._grad_weight_unpadded(x, g, k, s, p), "unpadded")
+    named(check, lambda x, g, k, s, p: backward._grad_weight_unpadded(x, g, k, s, p), "unpadded")
 
     def by_autograd(x, g, k, s, p):
         w = torch.zeros(g.shape[1], x.shape[1], k, k, dtype=torch.float64, requires_grad=True)

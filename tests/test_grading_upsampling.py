@@ -12,6 +12,7 @@ from conftest import fails_with, stub  # noqa: E402
 from course_utils import upsampling as up
 from course_utils.checks import CheckFailed, ForbiddenCall, NotAttempted
 from course_utils.grading import upsampling as grading
+from course_utils.grading import upsampling_transposed as transposed
 
 SEEDS = range(4)
 
@@ -180,11 +181,11 @@ def test_check_conv_transpose_by_zero_insertion():
     passes(check, _zero_insertion_dilated)
     with pytest.raises(NotAttempted):
         check(stub)
-    named(check, lambda x, w, s, p, op: grading._zi_conv(x, w, s, p, op, flip=False), "not flipped")
-    named(check, lambda x, w, s, p, op: grading._zi_conv(x, w, s, p, op, swap=False), "channel axes are not swapped")
-    named(check, lambda x, w, s, p, op: grading._zi_conv(x, w, s, p, op, use_op=False), "output_padding is ignored")
-    named(check, lambda x, w, s, p, op: grading._zi_conv(x, w, s, p, op, pad=p), "k - 1 - p")
-    named(check, grading._zeros_after, "BETWEEN input pixels")
+    named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, flip=False), "not flipped")
+    named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, swap=False), "channel axes are not swapped")
+    named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, use_op=False), "output_padding is ignored")
+    named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, pad=p), "k - 1 - p")
+    named(check, transposed._zeros_after, "BETWEEN input pixels")
     named(check, lambda x, w, s, p, op: _zero_insertion(x, w, s, p, op).float(), "dtype")
     forbidden(check, lambda x, w, s, p, op: F.conv_transpose2d(x, w, stride=s, padding=p, output_padding=op),
               "conv_transpose2d")
@@ -282,7 +283,7 @@ def test_overlap_counts_reference_equals_conv_transpose_of_ones():
     for k, s, p in [(3, 2, 0), (3, 2, 1), (4, 2, 1), (5, 3, 2), (1, 3, 0), (2, 3, 0)]:
         ones = torch.ones(1, 1, 5, 6, dtype=torch.float64)
         want = F.conv_transpose2d(ones, torch.ones(1, 1, k, k, dtype=torch.float64), stride=s, padding=p)[0, 0]
-        np.testing.assert_array_equal(grading._reference_overlap_counts(5, 6, k, s, p), want.numpy())
+        np.testing.assert_array_equal(transposed._reference_overlap_counts(5, 6, k, s, p), want.numpy())
 
 
 # ---------------------------------------------------------------- exercise 6: sub-pixel weights

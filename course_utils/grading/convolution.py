@@ -4,7 +4,8 @@ and its reference (private, so that no answer can be imported under its exercise
 Every check draws fresh inputs on each run (``seed=None``; a failure names the seed that reproduces it),
 includes edge sizes (an output of size 1 or 2, strides that divide the padded input exactly and not),
 and forbids the shortcuts that would skip the exercise: the production op (``F.conv2d`` and friends),
-autograd for the backward exercises, and the course's own functions for the piece being written.
+autograd for the backward exercises, and the course's own functions for the piece being written. Exercises 4 and 5 live in
+:mod:`course_utils.grading.convolution_backward` (re-exported here); shared pieces in ``convolution_common``.
 """
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from typing import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..checks import CheckFailed, Mistake, call_learner, check_function
-from ..convolution import conv_output_size, im2col, im2col_view
+from ..convolution import conv_output_size, im2col
+from .convolution_backward import check_conv2d_grad_input, check_conv2d_grad_weight
+from .convolution_common import CONV_OPS, COURSE_CONVS, UNFOLD_OPS, _edge_size, _flip, _size_for, _torch_conv
 
 __all__ = [
     "check_conv_output_shape",
@@ -29,44 +31,6 @@ __all__ = [
 ]
 
 _HERE = "course_utils.grading.convolution."
-# The production convolutions and torch's im2col/col2im: every exercise here builds one of them by hand.
-CONV_OPS = (
-    "torch.nn.functional.conv2d", "torch.conv2d", "torch.nn.functional.conv_transpose2d", "torch.conv_transpose2d",
-)
-UNFOLD_OPS = ("torch.nn.functional.unfold", "torch.nn.functional.fold", "torch.Tensor.unfold")
-AUTOGRAD = ("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
-            "torch.nn.grad.conv2d_weight", "torch.nn.grad.conv2d_input")
-# The course's own convolutions (lessons 03 and 04): none may stand in for an exercise's answer.
-COURSE_CONVS = (
-    "course_utils.convolution.conv2d_naive", "course_utils.convolution.conv2d_vectorized",
-    "course_utils.convolution.conv2d_im2col", "course_utils.convolution.conv2d_triton",
-    "course_utils.convolution_blocking.conv2d_blocked", "course_utils.upsampling.conv_transpose2d_fold",
-)
-
-
-def _torch_conv(x, w, stride=1, padding=0, dilation=1, groups=1):
-    """F.conv2d on NumPy arrays, returning a NumPy array of x's dtype."""
-    out = F.conv2d(torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(w)),
-                   stride=stride, padding=padding, dilation=dilation, groups=groups)
-    return out.numpy()
-
-
-def _flip(w):
-    return np.ascontiguousarray(w[..., ::-1, ::-1])
-
-
-def _edge_size(rng, out: int, kernel: int, stride: int, padding: int, dilation: int = 1) -> int:
-    """An input size whose output is ``out``, with the stride dividing ``size + 2p - span`` exactly or not."""
-    span = dilation * (kernel - 1) + 1
-    remainder = int(rng.integers(0, stride)) if rng.random() < 0.5 else 0
-    return max((out - 1) * stride + span - 2 * padding + remainder, max(1, span - 2 * padding))
-
-
-def _size_for(rng, kind: str, kernel: int, stride: int, padding: int, dilation: int = 1, lo: int = 6, hi: int = 11):
-    """A spatial size: ``kind`` "edge" gives an output of 1 or 2, otherwise a size in [lo, hi)."""
-    if kind == "edge":
-        return _edge_size(rng, int(rng.integers(1, 3)), kernel, stride, padding, dilation)
-    return max(int(rng.integers(lo, hi)), dilation * (kernel - 1) + 1 - 2 * padding)
 
 
 # ---------------------------------------------------------------- exercise 1: output shape
@@ -253,121 +217,6 @@ def check_conv2d_grouped(conv2d_grouped: Callable, *, trials: int = 4, seed: int
     # cannot meet a relative tolerance. Every mistake above changes outputs by O(1).
     check_function(conv2d_grouped, _reference_conv2d_grouped, make_inputs, name="conv2d_grouped", trials=trials,
                    seed=seed, atol=1e-4, mistakes=mistakes, forbidden=forbidden, quiet=quiet)
-
-
-# ---------------------------------------------------------------- exercises 4 and 5: backward
-def _autograd_grads(x, w, grad_out, stride, padding):
-    xt = torch.from_numpy(np.ascontiguousarray(x)).requires_grad_(True)
-    wt = torch.from_numpy(np.ascontiguousarray(w)).requires_grad_(True)
-    out = F.conv2d(xt, wt, stride=stride, padding=padding)
-    out.backward(torch.from_numpy(np.ascontiguousarray(grad_out)))
-    return xt.grad.numpy(), wt.grad.numpy()
-
-
-def _backward_inputs(rng, trial: int, *, first_stride: int):
-    """``x, w, grad_out, stride, padding``; trial 0 has ``first_stride`` and padding >= 1, odd trials edge sizes."""
-    n, c_in, c_out = int(rng.integers(1, 3)), int(rng.integers(2, 4)), int(rng.integers(2, 4))
-    k = int(rng.choice([3, 5])) if trial < 2 else int(rng.choice([1, 2, 3]))
-    stride = first_stride if trial == 0 else int(rng.integers(1, 4))
-    padding = int(rng.integers(1, 3)) if trial == 0 else int(rng.integers(0, 3))
-    padding = min(padding, k - 1) if k > 1 else 0
-    kind = "edge" if trial % 2 else "plain"
-    h, wd = _size_for(rng, kind, k, stride, padding, lo=8, hi=12), _size_for(rng, kind, k, stride, padding, lo=8, hi=12)
-    oh, ow = conv_output_size(h, k, stride, padding), conv_output_size(wd, k, stride, padding)
-    x = rng.standard_normal((n, c_in, h, wd))
-    w = rng.standard_normal((c_out, c_in, k, k))
-    grad_out = rng.standard_normal((n, c_out, oh, ow))
-    return x, w, grad_out, stride, padding
-
-
-def _reference_conv2d_grad_weight(x, grad_out, k, s, p):
-    w = np.zeros((grad_out.shape[1], x.shape[1], k, k))
-    return _autograd_grads(x, w, grad_out, s, p)[1]
-
-
-def _grad_weight_unpadded(x, grad_out, k, s, p):
-    """dout @ cols^T with the windows taken from the unpadded x, cropped/extended to dout's size."""
-    view = im2col_view(x, k, k, s, 0)  # (N, C_in, K, K, oh', ow')
-    oh2, ow2 = min(grad_out.shape[2], view.shape[4]), min(grad_out.shape[3], view.shape[5])
-    return np.einsum("ncpqij,noij->ocpq", view[..., :oh2, :ow2], grad_out[:, :, :oh2, :ow2])
-
-
-def check_conv2d_grad_weight(conv2d_grad_weight: Callable, *, trials: int = 4, seed: int | None = None,
-                             quiet: bool = False) -> None:
-    """Exercise 4: ``dL/dW`` from ``x`` and ``dL/dout`` (float64), checked against autograd."""
-    counter = itertools.count()
-
-    def make_inputs(rng):
-        x, w, grad_out, s, p = _backward_inputs(rng, next(counter), first_stride=2)
-        return x, grad_out, w.shape[2], s, p
-
-    reference = _reference_conv2d_grad_weight
-    mistakes = [
-        Mistake("flipped", "your gradient is flipped in kh and kw: dW[co, ci, p, q] pairs dout[i, j] with "
-                "x[i*s + p, j*s + q] (no flip for a cross-correlation).", lambda *a: _flip(reference(*a))),
-        Mistake("first_sample", "you kept only the first sample: dW sums over the batch (and all output pixels).",
-                lambda x, g, k, s, p: reference(x[:1], g[:1], k, s, p)),
-        Mistake("mean_batch", "you averaged over the batch: dW is the sum over samples, not the mean.",
-                lambda x, g, k, s, p: reference(x, g, k, s, p) / x.shape[0]),
-        Mistake("channels_swapped", "the channel axes are swapped: dW has w's shape (C_out, C_in, k, k), "
-                "so compute G (C_out, N*OH*OW) @ Cols.T, not Cols @ G.T.",
-                lambda *a: np.ascontiguousarray(reference(*a).transpose(1, 0, 2, 3))),
-        Mistake("no_padding", "you took windows of the unpadded x: pad x by `padding` on both sides before im2col.",
-                _grad_weight_unpadded),
-    ]
-    forbidden = CONV_OPS + UNFOLD_OPS + AUTOGRAD + COURSE_CONVS + (_HERE + "_reference_conv2d_grad_weight",)
-    check_function(conv2d_grad_weight, reference, make_inputs, name="conv2d_grad_weight", trials=trials, seed=seed,
-                   mistakes=mistakes, forbidden=forbidden, quiet=quiet)
-
-
-def _reference_conv2d_grad_input(grad_out, w, hw, s, p):
-    x = np.zeros((grad_out.shape[0], w.shape[1]) + tuple(hw))
-    return _autograd_grads(x, w, grad_out, s, p)[0]
-
-
-def check_conv2d_grad_input(conv2d_grad_input: Callable, *, trials: int = 4, seed: int | None = None,
-                            quiet: bool = False) -> None:
-    """Exercise 5: ``dL/dx`` from ``W`` and ``dL/dout`` (float64): a transposed convolution, checked against autograd."""
-    counter = itertools.count()
-
-    def make_inputs(rng):
-        x, w, grad_out, s, p = _backward_inputs(rng, next(counter), first_stride=2)
-        return grad_out, w, (x.shape[2], x.shape[3]), s, p
-
-    reference = _reference_conv2d_grad_input
-
-    def not_flipped(grad_out, w, hw, s, p):  # the adjoint with the kernel used as is: a correlation, not its transpose
-        return reference(grad_out, _flip(w), hw, s, p)
-
-    def ignore_stride(grad_out, w, hw, s, p):  # full correlation of dout with the flipped kernel, no zero insertion
-        k = w.shape[2]
-        full = F.conv2d(torch.from_numpy(grad_out), torch.from_numpy(_flip(w)).transpose(0, 1).contiguous(),
-                        padding=k - 1).numpy()
-        out = np.zeros((grad_out.shape[0], w.shape[1]) + tuple(hw))
-        hh, ww = min(hw[0], full.shape[2] - p), min(hw[1], full.shape[3] - p)
-        out[:, :, :hh, :ww] = full[:, :, p:p + hh, p:p + ww]
-        return out
-
-    def crop_off_by_one(grad_out, w, hw, s, p):  # crop the padded gradient starting at p - 1
-        h, wd = hw
-        big = reference(grad_out, w, (h + 2 * p, wd + 2 * p), s, 0)  # gradient wrt the padded input
-        q = max(p - 1, 0)
-        return np.ascontiguousarray(big[:, :, q:q + h, q:q + wd])
-
-    mistakes = [
-        Mistake("not_flipped", "kernel not flipped: dx is a *transposed* convolution, so each tap w[co, ci, p, q] "
-                "scatters dout[i, j] to x[i*s + p, j*s + q] (or correlate with the flipped, transposed kernel).",
-                not_flipped),
-        Mistake("no_stride", "you ignored the stride: dout[i, j] belongs at padded-input row i*stride + u, so scatter "
-                "with step `stride` (or insert stride - 1 zeros between dout entries before correlating).",
-                ignore_stride),
-        Mistake("crop", "off-by-one padding: the gradient wrt the padded input must be cropped as [p:p+H, p:p+W].",
-                crop_off_by_one),
-    ]
-    forbidden = (CONV_OPS + UNFOLD_OPS + AUTOGRAD + COURSE_CONVS
-                 + ("course_utils.convolution.col2im", _HERE + "_reference_conv2d_grad_input"))
-    check_function(conv2d_grad_input, reference, make_inputs, name="conv2d_grad_input", trials=trials, seed=seed,
-                   mistakes=mistakes, forbidden=forbidden, quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 6: 1x1 convolution
