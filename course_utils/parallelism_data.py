@@ -20,7 +20,7 @@ except ImportError:  # pragma: no cover - before that split
 FEATURES, HIDDEN, BATCH = 16, 64, 32
 
 
-def make_mlp(seed: int = 0, features: int = FEATURES, hidden: int = HIDDEN, layers: int = 3) -> nn.Sequential:
+def make_dp_mlp(seed: int = 0, features: int = FEATURES, hidden: int = HIDDEN, layers: int = 3) -> nn.Sequential:
     """``layers`` Linear layers with GELUs between them, initialised from ``seed`` (the same on every rank)."""
     g = torch.Generator().manual_seed(seed)
     mods: list[nn.Module] = []
@@ -34,14 +34,14 @@ def make_mlp(seed: int = 0, features: int = FEATURES, hidden: int = HIDDEN, laye
     return nn.Sequential(*mods)
 
 
-def make_batch(seed: int = 0, batch: int = BATCH, features: int = FEATURES) -> tuple[torch.Tensor, torch.Tensor]:
+def make_dp_batch(seed: int = 0, batch: int = BATCH, features: int = FEATURES) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs ``(batch, features)`` and regression targets of the same shape."""
     g = torch.Generator().manual_seed(1000 + seed)
     x = torch.randn(batch, features, generator=g)  # (B, F)
     return x, torch.sin(x.roll(1, dims=1))  # (B, F)
 
 
-def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def dp_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean squared error over the rows given: the mean of per-row losses, so shards average correctly."""
     return ((out - y) ** 2).mean()
 
@@ -49,7 +49,7 @@ def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def full_batch_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
     """The single-process reference: gradients of the mean loss over the whole batch."""
     model.zero_grad()
-    loss_fn(model(x), y).backward()
+    dp_loss(model(x), y).backward()
     return [p.grad.detach().clone() for p in model.parameters()]
 
 
@@ -68,8 +68,8 @@ def ddp_gradients_on_rank(seed: int = 0, bucket_cap_mb: float = 25.0) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    x, y = make_batch(seed)
-    model = DDP(make_mlp(seed), bucket_cap_mb=bucket_cap_mb)
+    x, y = make_dp_batch(seed)
+    model = DDP(make_dp_mlp(seed), bucket_cap_mb=bucket_cap_mb)
     buckets: list[int] = []
 
     def counting_hook(state, bucket):  # one call per bucket: count its bytes, then all-reduce the mean
@@ -82,7 +82,7 @@ def ddp_gradients_on_rank(seed: int = 0, bucket_cap_mb: float = 25.0) -> dict:
     for _ in range(2):
         buckets.clear()
         model.zero_grad()
-        loss_fn(model(batch_shard(x, rank, world)), batch_shard(y, rank, world)).backward()
+        dp_loss(model(batch_shard(x, rank, world)), batch_shard(y, rank, world)).backward()
     return {"grads": [p.grad.detach().clone() for p in model.parameters()], "bucket_bytes": buckets}
 
 
@@ -100,16 +100,16 @@ def fsdp_step_on_rank(seed: int = 0, steps: int = 2, lr: float = 1e-2) -> dict:
     from torch.distributed.fsdp import fully_shard
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = make_mlp(seed)
+    model = make_dp_mlp(seed)
     for layer in model:
         if isinstance(layer, nn.Linear):
             fully_shard(layer)
     fully_shard(model)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     for step in range(steps):
-        x, y = make_batch(seed + step)
+        x, y = make_dp_batch(seed + step)
         opt.zero_grad(set_to_none=False)
-        loss_fn(model(batch_shard(x, rank, world)), batch_shard(y, rank, world)).backward()
+        dp_loss(model(batch_shard(x, rank, world)), batch_shard(y, rank, world)).backward()
         opt.step()
     moments = [t for s in opt.state.values() for k, t in s.items() if k in ("exp_avg", "exp_avg_sq")]
     return {"weights": state_bytes(model.parameters()), "gradients": state_bytes(p.grad for p in model.parameters()),
@@ -118,15 +118,15 @@ def fsdp_step_on_rank(seed: int = 0, steps: int = 2, lr: float = 1e-2) -> dict:
 
 def adamw_reference(seed: int = 0, steps: int = 2, lr: float = 1e-2) -> list[torch.Tensor]:
     """One process, whole batches: the weights FSDP must reproduce."""
-    model = make_mlp(seed)
+    model = make_dp_mlp(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     for step in range(steps):
-        x, y = make_batch(seed + step)
+        x, y = make_dp_batch(seed + step)
         opt.zero_grad()
-        loss_fn(model(x), y).backward()
+        dp_loss(model(x), y).backward()
         opt.step()
     return [p.detach().clone() for p in model.parameters()]
 
 
-__all__ = ["make_mlp", "make_batch", "loss_fn", "full_batch_gradients", "batch_shard", "ddp_gradients_on_rank",
+__all__ = ["make_dp_mlp", "make_dp_batch", "dp_loss", "full_batch_gradients", "batch_shard", "ddp_gradients_on_rank",
            "state_bytes", "fsdp_step_on_rank", "adamw_reference", "zero_bytes_per_gpu"]

@@ -19,7 +19,7 @@ from torch import nn
 DIM, TOKENS_PER_RANK = 16, 24
 
 
-def capacity(tokens: int, experts: int, k: int, capacity_factor: float) -> int:
+def expert_capacity(tokens: int, experts: int, k: int, capacity_factor: float) -> int:
     """Slots per expert (eq. 10): ``ceil(capacity_factor * k * tokens / experts)``."""
     return math.ceil(capacity_factor * k * tokens / experts)
 
@@ -84,7 +84,7 @@ def expert_parallel_on_rank(k: int = 2, capacity_factor: float = 1.25, seed: int
     rank, world = dist.get_rank(), dist.get_world_size()
     experts, router = make_experts(world, seed=seed), make_router(world, seed=seed)
     x = make_moe_tokens(rank, seed=seed)  # (T, d)
-    cap = capacity(x.shape[0], world, k, capacity_factor)  # capacity per rank's batch, as in moe_dense
+    cap = expert_capacity(x.shape[0], world, k, capacity_factor)  # capacity per rank's batch, as in moe_dense
     expert, gate, keep = top_k_route(router(x), k, cap)
     rows, cols = keep.nonzero(as_tuple=True)  # kept assignments
     order = torch.argsort(expert[rows, cols], stable=True)  # group them by destination expert
@@ -102,5 +102,5 @@ def expert_parallel_on_rank(k: int = 2, capacity_factor: float = 1.25, seed: int
             "sent": send_counts.tolist(), "received": recv_counts.tolist()}
 
 
-__all__ = ["capacity", "top_k_route", "slot_positions", "load_balancing_loss", "dropped_fraction", "make_experts",
+__all__ = ["expert_capacity", "top_k_route", "slot_positions", "load_balancing_loss", "dropped_fraction", "make_experts",
            "make_router", "make_moe_tokens", "moe_dense", "expert_parallel_on_rank"]

@@ -37,7 +37,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def serve(folder: Path, owner_pid: int | None = None) -> None:
+def serve_jobs(folder: Path, owner_pid: int | None = None) -> None:
     import torch
     import torch.distributed as dist
 
@@ -68,13 +68,13 @@ def serve(folder: Path, owner_pid: int | None = None) -> None:
         k += 1
 
 
-def main() -> None:
+def _main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", required=True, help="the folder the notebook writes jobs into")
     parser.add_argument("--owner-pid", type=int, default=None, help="exit when this process (the notebook) is gone")
     args = parser.parse_args()
-    serve(Path(args.dir), args.owner_pid)
+    serve_jobs(Path(args.dir), args.owner_pid)
 
 
 if __name__ == "__main__":
-    main()
+    _main()

@@ -65,7 +65,7 @@ def test_bubble_formula():
 
 
 def test_router_capacity_and_load_balancing():
-    assert pmoe.capacity(64, 8, 2, 1.25) == 20 and pmoe.capacity(10, 3, 1, 1.0) == 4
+    assert pmoe.expert_capacity(64, 8, 2, 1.25) == 20 and pmoe.expert_capacity(10, 3, 1, 1.0) == 4
     logits = torch.randn(50, 6, generator=torch.Generator().manual_seed(0))
     expert, gate, keep = pmoe.top_k_route(logits, 2, 5)
     assert torch.allclose(gate.sum(-1), torch.ones(50))
@@ -83,7 +83,7 @@ def test_router_capacity_and_load_balancing():
 def test_moe_dense_equals_a_loop_over_tokens():
     experts, router = pmoe.make_experts(3), pmoe.make_router(3)
     x = pmoe.make_moe_tokens(0)
-    cap = pmoe.capacity(x.shape[0], 3, 2, 1.0)
+    cap = pmoe.expert_capacity(x.shape[0], 3, 2, 1.0)
     expert, gate, keep = pmoe.top_k_route(router(x), 2, cap)
     want = torch.stack([sum((gate[t, j] * experts[int(expert[t, j])](x[t]) for j in range(2) if keep[t, j]),
                             torch.zeros(x.shape[1])) for t in range(x.shape[0])])
@@ -122,7 +122,7 @@ def test_ring_all_reduce_equals_the_sum_and_sends_eq3_bytes(cluster, n):
 
 
 def test_ddp_equals_one_process_on_the_whole_batch(cluster):
-    ref = pdata.full_batch_gradients(pdata.make_mlp(0), *pdata.make_batch(0))
+    ref = pdata.full_batch_gradients(pdata.make_dp_mlp(0), *pdata.make_dp_batch(0))
     n_params = sum(r.numel() for r in ref)
     for cap_mb, buckets in ((25, 1), (0.002, 3)):
         results = cluster.run(pdata.ddp_gradients_on_rank, 0, cap_mb)
@@ -134,7 +134,7 @@ def test_ddp_equals_one_process_on_the_whole_batch(cluster):
 
 def test_fsdp_bytes_match_zero3_and_weights_match_one_process(cluster):
     results = cluster.run(pdata.fsdp_step_on_rank, 0, 2)
-    n_params = sum(q.numel() for q in pdata.make_mlp(0).parameters())
+    n_params = sum(q.numel() for q in pdata.make_dp_mlp(0).parameters())
     want = zero_bytes_per_gpu(n_params, "fp32_adam", P, 3)
     for r in results:
         assert {k: r[k] for k in want} == want
