@@ -80,10 +80,18 @@ def moe_dense(x, router, experts, k: int, cap: int) -> torch.Tensor:
 
 
 def expert_parallel_on_rank(k: int = 2, capacity_factor: float = 1.25, seed: int = 0) -> dict:
-    """Expert ``rank`` lives on rank ``rank``; this rank's tokens travel there and back with all_to_all_single."""
+    """Expert ``rank`` lives on rank ``rank``; this rank's tokens travel there and back with all_to_all_single.
+
+    The exchanges use the autograd-aware ``torch.distributed.nn.functional.all_to_all_single``, so the loss
+    ``sum_r |y_r|^2`` back-propagates to every expert on its own rank; the replicated router's gradient is
+    all-reduced, as in data parallelism. Returns the output, the dense layer's output on the same tokens,
+    the token counts, and the gradients (this rank's expert, the router, the input).
+    """
+    from torch.distributed.nn.functional import all_to_all_single
+
     rank, world = dist.get_rank(), dist.get_world_size()
     experts, router = make_experts(world, seed=seed), make_router(world, seed=seed)
-    x = make_moe_tokens(rank, seed=seed)  # (T, d)
+    x = make_moe_tokens(rank, seed=seed).requires_grad_()  # (T, d)
     cap = expert_capacity(x.shape[0], world, k, capacity_factor)  # capacity per rank's batch, as in moe_dense
     expert, gate, keep = top_k_route(router(x), k, cap)
     rows, cols = keep.nonzero(as_tuple=True)  # kept assignments
@@ -92,15 +100,28 @@ def expert_parallel_on_rank(k: int = 2, capacity_factor: float = 1.25, seed: int
     send_counts = torch.bincount(expert[rows, cols], minlength=world)  # (world,)
     recv_counts = torch.empty_like(send_counts)
     dist.all_to_all_single(recv_counts, send_counts)  # everyone learns how many tokens arrive
-    received = x.new_empty(int(recv_counts.sum()), x.shape[1])
-    dist.all_to_all_single(received, x[rows], recv_counts.tolist(), send_counts.tolist())  # tokens out
+    send, recv = send_counts.tolist(), recv_counts.tolist()
+    received = all_to_all_single(x.new_empty(sum(recv), x.shape[1]), x[rows], recv, send)  # tokens out
     processed = experts[rank](received)  # (received, d): this rank's expert on everyone's tokens
-    back = x.new_empty(len(rows), x.shape[1])
-    dist.all_to_all_single(back, processed, send_counts.tolist(), recv_counts.tolist())  # results home
-    y = torch.zeros_like(x).index_add(0, rows, gate[rows, cols, None] * back)
-    return {"y": y.detach(), "dense": moe_dense(x, router, experts, k, cap).detach(),
-            "sent": send_counts.tolist(), "received": recv_counts.tolist()}
+    back = all_to_all_single(x.new_empty(len(rows), x.shape[1]), processed, send, recv)  # results home
+    y = torch.zeros_like(x).index_add(0, rows, gate[rows, cols, None] * back)  # (T, d), eq. 12
+    y.pow(2).sum().backward()
+    router_grad = router.weight.grad.clone()
+    dist.all_reduce(router_grad)  # the router is replicated: sum its gradient over ranks
+    return {"y": y.detach(), "dense": moe_dense(x.detach(), router, experts, k, cap).detach(), "sent": send,
+            "received": recv, "x_grad": x.grad, "router_grad": router_grad,
+            "expert_grads": [q.grad.clone() if q.grad is not None else torch.zeros_like(q) for q in experts[rank].parameters()]}
+
+
+def moe_reference_grads(world: int, k: int = 2, capacity_factor: float = 1.25, seed: int = 0) -> dict:
+    """One process, all experts and every rank's tokens: the gradients expert parallelism must reproduce."""
+    experts, router = make_experts(world, seed=seed), make_router(world, seed=seed)
+    xs = [make_moe_tokens(r, seed=seed).requires_grad_() for r in range(world)]
+    cap = expert_capacity(xs[0].shape[0], world, k, capacity_factor)
+    sum(moe_dense(x, router, experts, k, cap).pow(2).sum() for x in xs).backward()
+    return {"x_grads": [x.grad for x in xs], "router_grad": router.weight.grad,
+            "expert_grads": [[q.grad if q.grad is not None else torch.zeros_like(q) for q in e.parameters()] for e in experts]}
 
 
 __all__ = ["expert_capacity", "top_k_route", "slot_positions", "load_balancing_loss", "dropped_fraction", "make_experts",
-           "make_router", "make_moe_tokens", "moe_dense", "expert_parallel_on_rank"]
+           "make_router", "make_moe_tokens", "moe_dense", "expert_parallel_on_rank", "moe_reference_grads"]

@@ -197,8 +197,13 @@ def test_torch_pipelining_runs_on_gloo_and_equals_one_process(cluster, schedule)
 @pytest.mark.parametrize("k,factor", [(1, 1.0), (2, 1.25), (2, 0.5)])
 def test_expert_parallel_all_to_all_equals_the_dense_layer(cluster, k, factor):
     results = cluster.run(pmoe.expert_parallel_on_rank, k, factor, 0)
-    for r in results:
+    ref = pmoe.moe_reference_grads(P, k, factor, 0)
+    for rank, r in enumerate(results):
         assert_close(r["y"], r["dense"], n=2 * pmoe.DIM, name="expert parallel")
+        assert_close(r["x_grad"], ref["x_grads"][rank], n=4 * pmoe.DIM, name="input gradient")
+        assert_close(r["router_grad"], ref["router_grad"], n=4 * pmoe.TOKENS_PER_RANK, name="router gradient")
+        for got, want in zip(r["expert_grads"], ref["expert_grads"][rank]):
+            assert_close(got, want, n=4 * pmoe.TOKENS_PER_RANK, name=f"expert {rank} gradient")
     sent = torch.tensor([r["sent"] for r in results])
     received = torch.tensor([r["received"] for r in results])
     assert torch.equal(sent.t(), received)  # what rank i sends to j is what j receives from i
