@@ -315,9 +315,9 @@ class _ForbiddenGuard:
             obj = _resolve(dotted)
             self._torch_funcs[id(obj)] = dotted
             code = getattr(obj, "__code__", None) or getattr(getattr(obj, "__func__", None), "__code__", None)
-            if code is not None and not (getattr(obj, "__module__", "") or "").startswith("torch"):
+            if code is not None:  # torch's own Python functions too: some (torch.nn.grad.*) skip the function mode
                 self._codes[code] = dotted
-            elif code is None:
+            else:
                 self._cfuncs[id(obj)] = dotted
         self._mode = None
         self._previous_profile = None
