@@ -115,12 +115,10 @@ def check_posterior(fn: Callable, *, trials: int = 6, seed: int | None = None) -
         return float(ab[t]), float(ab[t - 1])
 
     def std_not_var(x0, x_t, ab, t):
-        mean, var = _reference_posterior(x0, x_t, ab, t)
-        return mean, math.sqrt(var)
+        return _reference_posterior(x0, x_t, ab, t)[0], math.sqrt(_reference_posterior(x0, x_t, ab, t)[1])
 
     def beta_as_variance(x0, x_t, ab, t):
-        mean, _ = _reference_posterior(x0, x_t, ab, t)
-        return mean, 1.0 - ab[t] / ab[t - 1]
+        return _reference_posterior(x0, x_t, ab, t)[0], 1.0 - ab[t] / ab[t - 1]
 
     def alpha_bar_on_xt(x0, x_t, ab, t):  # sqrt(alpha_bar_t) on x_t instead of sqrt(alpha_t)
         ab_t, ab_prev = parts(ab, t)
@@ -133,17 +131,11 @@ def check_posterior(fn: Callable, *, trials: int = 6, seed: int | None = None) -
         mean = (math.sqrt(ab_prev) * (1 - ab_t) * x0 + math.sqrt(ab_t) * (1 - ab_prev) * x_t) / (1 - ab_t)
         return mean, (1 - ab_prev) / (1 - ab_t) * (1 - ab_t)
 
-    def prev_is_t(x0, x_t, ab, t):  # alpha_bar[t] where alpha_bar[t-1] belongs
-        return posterior_mean_variance(x0, x_t, float(ab[t]), float(ab[t]))
-
-    def one_step_late(x0, x_t, ab, t):  # alpha_bar[t+1], alpha_bar[t]
-        return posterior_mean_variance(x0, x_t, float(ab[t + 1]), float(ab[t]))
-
-    def one_step_early(x0, x_t, ab, t):  # alpha_bar[t-1], alpha_bar[t-2]
-        return posterior_mean_variance(x0, x_t, float(ab[t - 1]), float(ab[t - 2]) if t >= 2 else 1.0)
-
-    def swapped(x0, x_t, ab, t):
-        return _reference_posterior(x_t, x0, ab, t)
+    prev_is_t = lambda x0, x_t, ab, t: posterior_mean_variance(x0, x_t, float(ab[t]), float(ab[t]))  # noqa: E731
+    one_step_late = lambda x0, x_t, ab, t: posterior_mean_variance(x0, x_t, float(ab[t + 1]), float(ab[t]))  # noqa: E731
+    one_step_early = lambda x0, x_t, ab, t: posterior_mean_variance(  # noqa: E731
+        x0, x_t, float(ab[t - 1]), float(ab[t - 2]) if t >= 2 else 1.0)
+    swapped = lambda x0, x_t, ab, t: _reference_posterior(x_t, x0, ab, t)  # noqa: E731
 
     check_function(
         fn, _reference_posterior, _posterior_inputs(), name="posterior", trials=trials, seed=seed,
@@ -276,16 +268,9 @@ def check_from_v_prediction(fn: Callable, *, trials: int = 6, seed: int | None =
             return a * x_t + sx * s * v, s * x_t + se * a * v
         return wrong
 
-    def swapped_outputs(x_t, v, ab):
-        x0, eps = _reference_from_v_prediction(x_t, v, ab)
-        return eps, x0
-
-    def no_sqrt(x_t, v, ab):
-        return ab * x_t - (1 - ab) * v, (1 - ab) * x_t + ab * v
-
-    def swapped_coefs(x_t, v, ab):
-        a, s = math.sqrt(ab), math.sqrt(1 - ab)
-        return s * x_t - a * v, a * x_t + s * v
+    swapped_outputs = lambda x_t, v, ab: _reference_from_v_prediction(x_t, v, ab)[::-1]  # noqa: E731
+    no_sqrt = lambda x_t, v, ab: (ab * x_t - (1 - ab) * v, (1 - ab) * x_t + ab * v)  # noqa: E731
+    swapped_coefs = lambda x_t, v, ab: _reference_from_v_prediction(x_t, v, 1 - ab)  # noqa: E731
 
     check_function(
         fn, _reference_from_v_prediction, _v_inputs, name="from_v_prediction", trials=trials, seed=seed,
@@ -410,11 +395,8 @@ def check_mmd(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None
     def biased(a, b, sigma):
         return kernel(a, a, sigma).mean() + kernel(b, b, sigma).mean() - 2 * kernel(a, b, sigma).mean()
 
-    def no_two(a, b, sigma):
-        return _reference_mmd_unbiased(a, b, sigma / math.sqrt(2))
-
-    def sigma_not_squared(a, b, sigma):
-        return _reference_mmd_unbiased(a, b, math.sqrt(sigma))
+    no_two = lambda a, b, sigma: _reference_mmd_unbiased(a, b, sigma / math.sqrt(2))  # noqa: E731
+    sigma_not_squared = lambda a, b, sigma: _reference_mmd_unbiased(a, b, math.sqrt(sigma))  # noqa: E731
 
     def diag_wrong_count(a, b, sigma):  # diagonal removed but still divided by n^2
         n, m = a.shape[0], b.shape[0]
