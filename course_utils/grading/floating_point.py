@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..checks import CheckFailed, Mistake, call_learner, check_function
+from ..checks import CheckFailed, Mistake, call_learner, check_function, fresh_seed
 from ..floating_point import FORMATS, FloatFormat, decode, fields, random_patterns, torch_decode
 from ..floating_point_rounding import _F32_MAX, classify, round_bits, round_to_format, rounding_test_values, torch_round, ulp
 from ..floating_point_summation import kahan_sum, sequential_sum
@@ -28,25 +28,39 @@ __all__ = [
 
 
 # ---------------------------------------------------------------- exercise checks
-def _special_codes(values: Any):
-    """(finite values with specials set to 0, codes: 0 finite, 1 +inf, 2 -inf, 3 NaN) for exact comparison."""
-    v = np.asarray(values, dtype=np.float64)
-    codes = np.where(np.isnan(v), 3, np.where(v == np.inf, 1, np.where(v == -np.inf, 2, 0)))
-    return np.where(codes == 0, v, 0.0), codes.astype(np.int64)
+_NAN = 7.7e307  # stands for NaN (any sign) in compared values: no format here reaches it
+_NEG_ZERO = -1e-300  # stands for -0.0, so that a lost sign of zero is a difference: no format here reaches it
+_INF = 8.8e307  # stands for inf (-_INF for -inf), so that values compare exactly as finite numbers
+
+
+def _comparable(values: Any) -> np.ndarray:
+    """float64 values with NaN, +-inf and -0.0 replaced by sentinels, so that an exact comparison sees both."""
+    v = np.array(values, dtype=np.float64)
+    v[np.isnan(v)] = _NAN
+    v[np.isinf(v)] = np.copysign(_INF, v[np.isinf(v)])
+    v[(v == 0) & np.signbit(v)] = _NEG_ZERO
+    return v
+
+
+def _as_values(out: Any, name: str) -> np.ndarray:
+    if out is None:
+        raise CheckFailed(f"{name}: the function returned None; add a `return` statement.")
+    if isinstance(out, torch.Tensor):
+        out = out.detach().to(torch.float64).numpy()
+    try:
+        return _comparable(out)
+    except (TypeError, ValueError):
+        raise CheckFailed(f"{name}: expected a NumPy array of numbers, got {type(out).__name__}.") from None
 
 
 def _wrap_values(fn: Callable, name: str) -> Callable:
-    def wrapped(*args):
-        out = fn(*args)
-        if out is None:
-            raise CheckFailed(f"{name}: the function returned None; add a `return` statement.")
-        if isinstance(out, torch.Tensor):
-            out = out.detach().to(torch.float64).numpy()
-        try:
-            return _special_codes(out)
-        except (TypeError, ValueError):
-            raise CheckFailed(f"{name}: expected a NumPy array of numbers, got {type(out).__name__}.") from None
-    return wrapped
+    """A reference or a named mistake, its output made comparable."""
+    return lambda *args: _as_values(fn(*args), name)
+
+
+def _wrap_learner(fn: Callable, name: str, forbidden: tuple[str, ...]) -> Callable:
+    """The learner's function, called through ``call_learner`` (stubs, crashes, forbidden calls), output made comparable."""
+    return lambda *args: _as_values(call_learner(name, fn, args, forbidden=forbidden), name)
 
 
 def _reference_limits(exp_bits: int, man_bits: int):
@@ -64,11 +78,30 @@ def _reference_limits_torch(exp_bits: int, man_bits: int):
     return _reference_limits(exp_bits, man_bits)
 
 
-def check_format_limits(format_limits: Callable, *, trials: int = 5, seed: int = 0) -> None:
+# the course's reference (torch.finfo and np.finfo are classes, which the guard cannot see; the random widths
+# defeat them anyway)
+FORMAT_LIMITS_FORBIDDEN = ("course_utils.grading.floating_point._reference_limits",
+                           "course_utils.grading.floating_point._reference_limits_torch")
+
+
+def check_format_limits(format_limits: Callable, *, trials: int = 5, seed: int | None = None) -> None:
     """Exercise 1: ``(exp_bits, man_bits) -> (max, smallest_normal, smallest_subnormal, eps)`` of an IEEE-style format."""
-    # FP16, BF16, FP8 E5M2 first (compared with torch.finfo), then random widths, FP32/FP64 among them
-    make_inputs = _in_turn([(5, 10), (8, 7), (5, 2)], lambda rng: [(8, 23), (11, 52)][int(rng.integers(2))]
-                           if rng.random() < 0.3 else (int(rng.integers(3, 10)), int(rng.integers(1, 20))))
+    # FP16, BF16, FP8 E5M2 first (compared with torch.finfo); then a format no table lists, so that a lookup
+    # table of known formats fails; then random widths, FP32/FP64 among them.
+    known = {(5, 10), (8, 7), (5, 2), (4, 3), (8, 23), (11, 52)}
+
+    def unusual(rng):
+        while True:
+            e, m = int(rng.integers(2, 11)), int(rng.integers(1, 21))
+            if (e, m) not in known:
+                return e, m
+
+    pick = _in_turn([(5, 10), (8, 7), (5, 2), None],
+                    lambda rng: [(8, 23), (11, 52)][int(rng.integers(2))] if rng.random() < 0.3 else unusual(rng))
+
+    def make_inputs(rng):
+        shape = pick(rng)
+        return unusual(rng) if shape is None else shape
 
     def with_bias(exp_bits, man_bits, bias):
         top = 2**exp_bits - 2
@@ -78,6 +111,7 @@ def check_format_limits(format_limits: Callable, *, trials: int = 5, seed: int =
     r = _reference_limits
     check_function(
         format_limits, _reference_limits_torch, make_inputs, name="format_limits", trials=trials, seed=seed, rtol=1e-12, atol=0.0,
+        forbidden=FORMAT_LIMITS_FORBIDDEN,
         mistakes=[
             Mistake("bias_off_by_one", "your numbers are off by a factor of two: the bias is 2**(exp_bits-1) - 1, "
                     "not 2**(exp_bits-1).", lambda e, m: with_bias(e, m, 2 ** (e - 1))),
@@ -116,8 +150,16 @@ def _reference_decode(bits, exp_bits, man_bits, no_inf=False):
     return decode(bits, exp_bits, man_bits, no_inf=no_inf)
 
 
-def check_decode(decode_fn: Callable, *, trials: int = 6, seed: int = 0) -> None:
-    """Exercise 2: ``decode(bits, exp_bits, man_bits, no_inf=False)`` for any IEEE-like format, FP8 included."""
+# the framework's reading of the bits and the course's decoders
+DECODE_FORBIDDEN = ("torch.Tensor.view", "course_utils.floating_point.decode", "course_utils.floating_point.torch_decode",
+                    "course_utils.floating_point.bits_of", "course_utils.grading.floating_point._reference_decode")
+
+
+def check_decode(decode_fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+    """Exercise 2: ``decode_any(bits, exp_bits, man_bits, no_inf=False)`` for any IEEE-like format, FP8 included.
+
+    Every trial holds both zeros (+0 and -0): a decoder that loses the sign of zero fails.
+    """
     def random_shape(rng):
         e = int(rng.integers(3, 9))
         return e, int(rng.integers(1, 16 - e)), False  # at most 16 bits in all
@@ -129,13 +171,14 @@ def check_decode(decode_fn: Callable, *, trials: int = 6, seed: int = 0) -> None
         e, m, no_inf = pick(rng)
         n = 256 if e + m <= 7 else 400
         bits = np.arange(256, dtype=np.int64) if e + m == 7 else random_patterns(rng, e, m, n)
-        return bits, e, m, no_inf
+        zeros = np.array([0, 1 << (e + m)], dtype=np.int64)  # +0 and -0
+        return rng.permutation(np.concatenate([bits, zeros])), e, m, no_inf
 
     def ref(bits, e, m, no_inf):
         return _reference_decode(bits, e, m, no_inf)
 
     def variant(bias_shift=0, subnormal_hidden=False, sub_exp0=False, ignore_specials=False, ignore_sign=False,
-                specials_ieee=False):
+                specials_ieee=False, unsigned_zero=False):
         def fn(bits, e, m, no_inf):
             s, E, M = fields(bits, e, m)
             bias = 2 ** (e - 1) - 1 + bias_shift
@@ -148,14 +191,19 @@ def check_decode(decode_fn: Callable, *, trials: int = 6, seed: int = 0) -> None
                     v = np.where((E == e_all) & (M == 2**m - 1), np.nan, v)
                 else:
                     v = np.where(E == e_all, np.where(M == 0, np.inf, np.nan), v)
+            if unsigned_zero:
+                return np.where(v == 0, 0.0, np.where(s == 1, -v, v))
             return v if ignore_sign else np.where(s == 1, -v, v)
         return fn
 
-    name = "decode"
+    name = "decode_any"
     check_function(
-        _wrap_values(decode_fn, name), _wrap_values(ref, name), make_inputs, name=name, trials=trials, seed=seed,
-        rtol=0.0, atol=0.0,
+        _wrap_learner(decode_fn, name, DECODE_FORBIDDEN), _wrap_values(ref, name), make_inputs, name=name, trials=trials,
+        seed=seed, rtol=0.0, atol=0.0,
         mistakes=[
+            Mistake("sign_of_zero", "the pattern with only the sign bit set is -0.0, and yours came out +0.0: apply the "
+                    "sign by negating (np.where(sign == 1, -value, value)) so that zero keeps it too.",
+                    _wrap_values(variant(unsigned_zero=True), name)),
             Mistake("bias", "your values are off by a factor of two: the bias is 2**(exp_bits-1) - 1 (15 for FP16), "
                     "not 2**(exp_bits-1).", _wrap_values(variant(bias_shift=1), name)),
             Mistake("bias_minus", "your values are off by a factor of two: the bias is 2**(exp_bits-1) - 1, "
@@ -212,17 +260,26 @@ def _rounded_variant(x, exp_bits, man_bits, how):
     return np.copysign(v, x.astype(np.float64))
 
 
-def check_round_to_nearest_even(round_fn: Callable, *, trials: int = 4, seed: int = 0) -> None:
+# rounding done for you: NumPy's round, a torch cast, the course's rounding functions
+ROUND_FORBIDDEN = ("numpy.round", "numpy.around", "torch.Tensor.to", "torch.Tensor.half", "torch.Tensor.bfloat16",
+                   "torch.round", "course_utils.floating_point_rounding.round_bits",
+                   "course_utils.floating_point_rounding.round_to_format", "course_utils.floating_point_rounding.torch_round",
+                   "course_utils.grading.floating_point._ref_rne")
+
+
+def check_round_to_nearest_even(round_fn: Callable, *, trials: int = 4, seed: int | None = None) -> None:
     """Exercise 3: ``round_fp32(x, exp_bits, man_bits)``: FP32 array -> values rounded to nearest-even, IEEE overflow."""
     pick = _in_turn([(5, 10), (8, 7), (5, 2), (4, 3)], lambda rng: (int(rng.integers(3, 9)), int(rng.integers(1, 12))))
 
     def make_inputs(rng):
         e, m = pick(rng)
-        return rounding_test_values(rng, FloatFormat("x", e, m), 600), e, m
+        x = rounding_test_values(rng, FloatFormat("x", e, m), 600)
+        return rng.permutation(np.concatenate([x, np.float32([-0.0, -1e-30])])), e, m  # zeros keep their sign
 
     name = "round_fp32"
     check_function(
-        _wrap_values(round_fn, name), _wrap_values(_ref_rne, name), make_inputs, name=name, trials=trials, seed=seed,
+        _wrap_learner(round_fn, name, ROUND_FORBIDDEN), _wrap_values(_ref_rne, name), make_inputs, name=name, trials=trials,
+        seed=seed,
         rtol=0.0, atol=0.0,
         mistakes=[
             Mistake("half_away", "exact ties are rounded away from zero: on a tie, pick the neighbour whose last "
@@ -260,7 +317,7 @@ def _classify_variant(x, exp_bits, man_bits, how):
     raise ValueError(how)
 
 
-def check_overflow_underflow(classify_fn: Callable, *, trials: int = 4, seed: int = 0) -> None:
+def check_overflow_underflow(classify_fn: Callable, *, trials: int = 4, seed: int | None = None) -> None:
     """Exercise 4: predict per value whether rounding to a format gives 0 zero, 1 subnormal, 2 normal or 3 overflow."""
     pick = _in_turn([(5, 10), (8, 7), (5, 2), (4, 3)], lambda rng: (int(rng.integers(3, 9)), int(rng.integers(1, 12))))
 
@@ -279,6 +336,7 @@ def check_overflow_underflow(classify_fn: Callable, *, trials: int = 4, seed: in
     name = "will_it_fit"
     check_function(
         classify_fn, ref, make_inputs, name=name, trials=trials, seed=seed,
+        forbidden=ROUND_FORBIDDEN + ("course_utils.floating_point_rounding.classify",),
         mistakes=[
             Mistake("before_rounding", "decide after rounding: values a little above max that round down to max "
                     "still fit, and values within half a step below the smallest normal/subnormal round up to it.",
@@ -296,11 +354,19 @@ def _kahan_reference(x):
     return kahan_sum(np.asarray(x, dtype=np.float16))[()]
 
 
-def check_kahan_sum(kahan_fn: Callable, *, trials: int = 3, seed: int = 0) -> None:
+# sums that are not the FP16 loop: exact or wide sums and the course's summation functions
+KAHAN_FORBIDDEN = ("math.fsum", "numpy.sum", "numpy.cumsum", "torch.sum", "course_utils.floating_point_summation.kahan_sum",
+                   "course_utils.floating_point_summation.pairwise_sum",
+                   "course_utils.floating_point_summation.sequential_sum")
+
+
+def check_kahan_sum(kahan_fn: Callable, *, trials: int = 3, seed: int | None = None) -> None:
     """Exercise 5: Kahan summation of a float16 vector with every operation in float16."""
 
+    counter = iter(range(1 << 30))
+
     def make_inputs(rng):
-        n = int(rng.integers(2500, 4000))
+        n = int(rng.integers(2500, 4000)) if next(counter) != 1 else int(rng.integers(1, 4))  # trial 2: 1 to 3 terms
         return (rng.uniform(0.0, 1.0, n) * rng.choice([1.0, 0.01], n)).astype(np.float16)
 
     def naive(x):
@@ -317,14 +383,14 @@ def check_kahan_sum(kahan_fn: Callable, *, trials: int = 3, seed: int = 0) -> No
         return s
 
     def guard(x):
-        got = kahan_fn(x)
+        got = call_learner("kahan_sum_fp16", kahan_fn, (x,), forbidden=KAHAN_FORBIDDEN)
         if isinstance(got, (np.ndarray, np.generic)) and got.dtype != np.float16:
-            raise CheckFailed(f"kahan_sum: your result has dtype {got.dtype}; do every operation in float16 "
+            raise CheckFailed(f"kahan_sum_fp16: your result has dtype {got.dtype}; do every operation in float16 "
                               "(np.float16 scalars) and return a float16.")
         return got
 
     check_function(
-        guard, _kahan_reference, make_inputs, name="kahan_sum", trials=trials, seed=seed, rtol=2.0**-10, atol=0.0,
+        guard, _kahan_reference, make_inputs, name="kahan_sum_fp16", trials=trials, seed=seed, rtol=2.0**-10, atol=0.0,
         mistakes=[
             Mistake("naive", "your result is the plain running sum's: small terms vanish once the sum is large. Keep "
                     "the compensation c = (t - s) - y and subtract it from the next term (y = x_i - c, not + c).", naive),
@@ -334,11 +400,16 @@ def check_kahan_sum(kahan_fn: Callable, *, trials: int = 3, seed: int = 0) -> No
     )
 
 
+# the course's rounding functions and torch's (deterministic) casts
+SR_FORBIDDEN = ("course_utils.floating_point_rounding.stochastic_round", "course_utils.floating_point_rounding.round_bits",
+                "torch.Tensor.to", "torch.Tensor.bfloat16")
+
+
 def _sr_probability(sr_fn: Callable, x: np.ndarray, repeats: int, seed: int, name: str) -> np.ndarray:
     """Fraction of draws rounded away from zero, per value; also checks every draw is a bf16 neighbour."""
     rng = np.random.default_rng(seed)
     tiled = np.tile(x, repeats)  # (repeats * n,)
-    out = call_learner(name, sr_fn, (tiled, rng))
+    out = call_learner(name, sr_fn, (tiled, rng), forbidden=SR_FORBIDDEN)
     if out is None:
         raise CheckFailed(f"{name}: the function returned None; add a `return` statement.")
     out = np.asarray(out.detach().float().numpy() if isinstance(out, torch.Tensor) else out)
@@ -356,9 +427,11 @@ def _sr_probability(sr_fn: Callable, x: np.ndarray, repeats: int, seed: int, nam
     return (out == hi).mean(axis=0)
 
 
-def check_stochastic_rounding(sr_fn: Callable, *, repeats: int = 2000, seed: int = 0) -> None:
+def check_stochastic_rounding(sr_fn: Callable, *, repeats: int = 2000, seed: int | None = None) -> None:
     """Exercise 6: stochastic rounding FP32 -> BF16, ``sr(x, rng)``; checks the neighbours and unbiasedness."""
     name = "stochastic_round_bf16"
+    seed = fresh_seed(seed)
+    again = f" (reproduce with seed={seed})"
     rng = np.random.default_rng([seed, 1])
     n = 48
     x = (rng.standard_normal(n) * np.exp2(rng.integers(-20, 20, n))).astype(np.float32)
@@ -388,7 +461,7 @@ def check_stochastic_rounding(sr_fn: Callable, *, repeats: int = 2000, seed: int
     inexact = p_true > 0  # values already in bf16 stay put under every variant
     for p_wrong, hint in wrong:
         if np.all(np.abs(p_got - p_wrong)[inexact] <= tol):
-            raise CheckFailed(f"{name}: {hint}")
+            raise CheckFailed(f"{name}: {hint}{again}")
     i = int(np.argmax(np.abs(p_got - p_true)))
     raise CheckFailed(f"{name}: x={x[i]:.6g} went up in {p_got[i]:.3f} of the draws, expected {p_true[i]:.3f}: "
-                      "the result is biased; E[round(x)] must equal x.")
+                      f"the result is biased; E[round(x)] must equal x{again}.")
