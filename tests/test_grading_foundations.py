@@ -142,8 +142,8 @@ def test_check_attention_scores():
     fails(gf.check_attention_scores, lambda Q, K: scores_ok(Q, K) * root(Q), "divide by sqrt(D)")
     fails(gf.check_attention_scores, lambda Q, K: scores_ok(Q, K) / root(Q), "you divided by D")
     fails(gf.check_attention_scores, lambda Q, K: torch.einsum("bthd,bshd->bts", Q, K) / root(Q), "head axis")
-    # a crash (the lesson's (B, H, T, D) layout applied to (B, T, H, D) inputs) is reported in one line
-    fails(gf.check_attention_scores, lambda Q, K: torch.einsum("bhtd,bhsd->bhts", Q, K) / root(Q), "raised RuntimeError")
+    # the lesson's (B, H, T, D) layout applied to (B, T, H, D) inputs: a crash, or a wrong shape when T = 1
+    fails(gf.check_attention_scores, lambda Q, K: torch.einsum("bhtd,bhsd->bhts", Q, K) / root(Q), "attention_scores")
     forbidden(gf.check_attention_scores, lambda Q, K: Q.transpose(1, 2) @ K.permute(0, 2, 3, 1) / root(Q), "torch.Tensor.transpose")
     forbidden(gf.check_attention_scores, lambda Q, K: torch.matmul(Q.movedim(2, 1), K.movedim(1, 3)) / root(Q), "torch.matmul")
 

@@ -11,7 +11,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..checks import CheckFailed, Mistake, check_function
+from ..checks import CheckFailed, Mistake, call_learner, check_function
 from ..mixed_precision import DTYPES
 from ..mixed_precision_memory import measure_recipe_memory
 
@@ -19,7 +19,7 @@ __all__ = [
     "check_dynamic_loss_scaler",
     "check_unscale_and_clip",
     "check_master_weight_step",
-    "check_bytes_per_param",
+    "check_training_bytes",
     "check_classify_cast",
 ]
 
@@ -116,8 +116,8 @@ _SCALER_MISTAKES = [
 ]
 
 
-def check_dynamic_loss_scaler(scaler_class: Callable, *, trials: int = 3, seed: int = 0, steps: int = 40) -> None:
-    """Exercise 1: a class ``(init_scale, growth_factor, backoff_factor, growth_interval)`` with ``.scale``,
+def check_dynamic_loss_scaler(scaler_class: Callable, *, trials: int = 3, seed: int | None = None, steps: int = 40) -> None:
+    """Exercise 1: ``ListLossScaler(init_scale, growth_factor, backoff_factor, growth_interval)`` with ``.scale``,
     ``unscale_(grads) -> found_inf`` and ``update(found_inf)``, compared with ``torch.amp.GradScaler('cpu')``
     on a scripted sequence of finite, inf and NaN gradients: the scales, skipped steps and unscaled gradients.
     """
@@ -139,7 +139,7 @@ def check_dynamic_loss_scaler(scaler_class: Callable, *, trials: int = 3, seed: 
     def buggy(bug):
         return lambda hyper, script: _drive_scaler(lambda: _BuggyScaler(bug, **hyper), script, reference=False)
 
-    check_function(learner, reference, make_inputs, name="DynamicLossScaler", trials=trials, seed=seed,
+    check_function(learner, reference, make_inputs, name="ListLossScaler", trials=trials, seed=seed,
                    rtol=1e-6, atol=1e-12, mistakes=[Mistake(b, hint, buggy(b)) for b, hint in _SCALER_MISTAKES])
 
 
@@ -158,22 +158,35 @@ def _clip_global(grads, max_norm):
     return [g * factor for g in grads]
 
 
-def check_unscale_and_clip(unscale_and_clip: Callable, *, trials: int = 4, seed: int = 0) -> None:
+# "with tensor arithmetic": torch's clipping utilities and the course's reference
+CLIP_FORBIDDEN = ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_norm", "torch.nn.utils.clip_grads_with_norm_",
+                  "torch.nn.utils.get_total_norm", "course_utils.grading.mixed_precision._reference_unscale_and_clip")
+
+
+def check_unscale_and_clip(unscale_and_clip: Callable, *, trials: int = 4, seed: int | None = None) -> None:
     """Exercise 2: ``unscale_and_clip(scaled_grads, scale, max_norm) -> list of gradients`` must unscale
     first and then clip the *global* norm, as ``clip_grad_norm_`` after ``GradScaler.unscale_`` does."""
 
     counter = iter(range(1 << 30))
 
     def make_inputs(rng):
+        k = next(counter)
         scale = float(2.0 ** int(rng.integers(8, 17)))
-        true = [(rng.standard_normal(s) * 10.0 ** rng.uniform(-1, 1)).astype(np.float32) for s in ((4, 6), (6,), (3, 4))]
+        count = 3 if k == 1 else int(rng.integers(1, 5))  # one to four tensors; the first clipping trial has three
+        shapes = [(4, 6), (6,), (3, 4), (1,)][:count]
+        true = [(rng.standard_normal(s) * 10.0 ** rng.uniform(-1, 1)).astype(np.float32) for s in shapes]
         grads = [torch.from_numpy(g) * scale for g in true]
         norm = float(np.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in true)))
-        max_norm = norm * (3.0 if next(counter) % 2 else 0.3)  # alternately clipping and not
+        max_norm = norm * (0.3 if k % 2 else 3.0)  # alternately not clipping and clipping
         return grads, scale, max_norm
 
     def learner(grads, scale, max_norm):
-        return unscale_and_clip([g.clone() for g in grads], scale, max_norm)
+        given = [g.clone() for g in grads]
+        out = call_learner("unscale_and_clip", unscale_and_clip, (given, scale, max_norm), forbidden=CLIP_FORBIDDEN)
+        if len(given) != len(grads) or not all(torch.equal(a, b) for a, b in zip(given, grads)):
+            raise CheckFailed("unscale_and_clip: your function changed the gradients it was given (g /= scale, g.mul_ or "
+                              "scaled_grads[i] = ... write into the caller's list); return a new list of new tensors.")
+        return out
 
     mistakes = [
         Mistake("clip_then_unscale", "you clipped the scaled gradients and unscaled afterwards, so the norm you clipped was scale times too big: divide by the scale first, then clip.",
@@ -186,7 +199,7 @@ def check_unscale_and_clip(unscale_and_clip: Callable, *, trials: int = 4, seed:
                 lambda g, s, m: [_clip_global([x / s], m)[0] for x in g]),
     ]
     check_function(learner, _reference_unscale_and_clip, make_inputs, name="unscale_and_clip", trials=trials, seed=seed,
-                   mistakes=mistakes)
+                   mistakes=mistakes, check_inputs_unchanged=False)  # `learner` reports a changed input itself
 
 
 # ---------------------------------------------------------------- exercise 3: the master-weight step
@@ -194,18 +207,23 @@ def _reference_master_step(master, grad16, scale, lr):
     return master - lr * (grad16.float() / scale)  # lesson eqs. 4-5: unscale in FP32, then SGD on the FP32 master
 
 
-def check_master_weight_step(master_weight_step: Callable, *, trials: int = 3, seed: int = 0) -> None:
-    """Exercise 3: ``master_weight_step(master32, scaled_grad16, scale, lr) -> (new_master32, new_weights16)``."""
+def check_master_weight_step(master_weight_step: Callable, *, trials: int = 3, seed: int | None = None) -> None:
+    """Exercise 3: ``master_weight_step(master32, scaled_grad16, scale, lr) -> (new_master32, new_weights16)``.
+
+    Updating ``master32`` in place (and returning it) is accepted, as an optimizer's ``step`` does.
+    """
 
     def make_inputs(rng):
         master = torch.from_numpy((rng.uniform(0.25, 1.0, 500) * rng.choice([-1, 1], 500)).astype(np.float32))  # (500,) fp32
         scale = float(2.0 ** int(rng.integers(10, 16)))
         true = rng.standard_normal(500) * 10.0 ** rng.uniform(-4, -2, 500)  # small gradients
         grad16 = torch.from_numpy((true * scale).astype(np.float32)).half()
-        return master, grad16, scale, 0.05  # updates 5e-6..5e-4: many below half an fp16 ulp
+        lr = float(rng.uniform(0.02, 0.1))
+        return master, grad16, scale, lr  # updates 2e-6..1e-3: many below half an fp16 ulp
 
     def new_master(master, grad16, scale, lr):
-        out = master_weight_step(master, grad16, scale, lr)
+        out = call_learner("master_weight_step", master_weight_step, (master, grad16, scale, lr),
+                           forbidden=("course_utils.grading.mixed_precision._reference_master_step",))
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise CheckFailed("master_weight_step: return two tensors, (new_master32, new_weights16).")
         m, w16 = out
@@ -225,22 +243,26 @@ def check_master_weight_step(master_weight_step: Callable, *, trials: int = 3, s
                 lambda m, g, s, lr: m - lr * g.float() * s),
     ]
     check_function(new_master, _reference_master_step, make_inputs, name="master_weight_step", trials=trials, seed=seed,
-                   mistakes=mistakes)
+                   mistakes=mistakes, check_inputs_unchanged=False)  # an in-place update of the master is fine
 
 
-# ---------------------------------------------------------------- exercise 4: bytes per parameter
-def _bytes_model():
-    return torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.ReLU(), torch.nn.Linear(48, 8))
+# ---------------------------------------------------------------- exercise 4: bytes of a training recipe
+def _mlp(layer_sizes):
+    layers = []
+    for n_in, n_out in zip(layer_sizes[:-1], layer_sizes[1:]):
+        layers += [torch.nn.Linear(n_in, n_out), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers[:-1])
 
 
-def _reference_bytes_per_param(weight_dtype: str, optimizer: str, master_weights: bool) -> float:
-    m = measure_recipe_memory(_bytes_model, DTYPES[weight_dtype], optimizer, master_weights)
-    return m.total / m.n_params
+def _reference_training_bytes(layer_sizes, weight_dtype: str, optimizer: str, master_weights: bool) -> int:
+    return measure_recipe_memory(lambda: _mlp(layer_sizes), DTYPES[weight_dtype], optimizer, master_weights).total
 
 
-def check_bytes_per_param(bytes_per_param: Callable, *, trials: int = 6, seed: int = 0) -> None:
-    """Exercise 4: ``bytes_per_param(weight_dtype, optimizer, master_weights)``, checked against a measurement
-    (:func:`measure_recipe_memory`: weights + gradients + FP32 masters + optimizer state after one step)."""
+def check_training_bytes(training_bytes: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+    """Exercise 4: ``training_bytes(layer_sizes, weight_dtype, optimizer, master_weights)``: the persistent bytes of
+    training an MLP of ``Linear`` layers (with biases) of the given widths, checked against a measurement
+    (:func:`measure_recipe_memory`: weights + gradients + FP32 masters + optimizer state after one step).
+    The widths are drawn afresh, so that only a formula passes."""
     cases = [(w, o, m) for w in ("float32", "float16", "bfloat16") for o in ("sgd", "momentum", "adam")
              for m in (False, True) if not (m and w == "float32")]
 
@@ -250,28 +272,45 @@ def check_bytes_per_param(bytes_per_param: Callable, *, trials: int = 6, seed: i
                   ("float16", "adam", True)])
 
     def make_inputs(rng):
-        return next(fixed, None) or cases[int(rng.integers(len(cases)))]
+        sizes = [int(n) for n in rng.integers(1, 65, size=int(rng.integers(2, 5)))]  # 1 to 3 layers, widths 1..64
+        return (sizes,) + (next(fixed, None) or cases[int(rng.integers(len(cases)))])
 
     def size(w):
         return torch.finfo(DTYPES[w]).bits // 8
 
+    def count(layer_sizes, biases=True):
+        return sum(a * b + (b if biases else 0) for a, b in zip(layer_sizes[:-1], layer_sizes[1:]))
+
     states = {"sgd": 0, "momentum": 1, "adam": 2}
+
+    def right(w, o, m):
+        return 2 * size(w) + (4 if m else 0) + states[o] * (4 if m else size(w))
+
+    def per_param(per):  # a mistake in the bytes per parameter, times the right count
+        return lambda sizes, w, o, m: count(sizes) * per(w, o, m)
+
     mistakes = [
         Mistake("ignored_master", "master_weights was ignored: with master weights add a 4-byte FP32 copy per parameter, and the optimizer state (kept for the masters) is FP32.",
-                lambda w, o, m: (2 + states[o]) * size(w)),
+                per_param(lambda w, o, m: (2 + states[o]) * size(w))),
         Mistake("no_master", "the FP32 master copy is missing: with master weights add 4 bytes per parameter.",
-                lambda w, o, m: 2 * size(w) + states[o] * (4 if m else size(w))),
+                per_param(lambda w, o, m: 2 * size(w) + states[o] * (4 if m else size(w)))),
         Mistake("adam_one_state", "Adam keeps two states per parameter (first and second moments), momentum SGD one, plain SGD none.",
-                lambda w, o, m: 2 * size(w) + (4 if m else 0) + min(states[o], 1) * (4 if m else size(w))),
+                per_param(lambda w, o, m: 2 * size(w) + (4 if m else 0) + min(states[o], 1) * (4 if m else size(w)))),
         Mistake("state_in_weight_dtype", "with master weights the optimizer updates the FP32 masters, so its state is FP32 (4 bytes each), not 16-bit.",
-                lambda w, o, m: 2 * size(w) + (4 if m else 0) + states[o] * size(w)),
+                per_param(lambda w, o, m: 2 * size(w) + (4 if m else 0) + states[o] * size(w))),
         Mistake("fp32_grads", "the gradients have the weights' dtype (2 bytes for 16-bit weights): the FP32 gradient copy is transient.",
-                lambda w, o, m: size(w) + 4 + (4 if m else 0) + states[o] * (4 if m else size(w))),
+                per_param(lambda w, o, m: size(w) + 4 + (4 if m else 0) + states[o] * (4 if m else size(w)))),
         Mistake("no_grads", "gradients are missing: they are held from backward until the step (one per parameter, in the weights' dtype).",
-                lambda w, o, m: size(w) + (4 if m else 0) + states[o] * (4 if m else size(w))),
+                per_param(lambda w, o, m: size(w) + (4 if m else 0) + states[o] * (4 if m else size(w)))),
+        Mistake("no_biases", "your parameter count leaves out the biases: Linear(a, b) holds a * b weights and b biases.",
+                lambda sizes, w, o, m: count(sizes, biases=False) * right(w, o, m)),
+        Mistake("per_param", "that is the number of bytes per parameter: multiply it by the model's parameter count.",
+                lambda sizes, w, o, m: right(w, o, m)),
     ]
-    check_function(bytes_per_param, _reference_bytes_per_param, make_inputs, name="bytes_per_param", trials=trials,
-                   seed=seed, rtol=1e-9, atol=1e-9, mistakes=mistakes)
+    check_function(training_bytes, _reference_training_bytes, make_inputs, name="training_bytes", trials=trials,
+                   seed=seed, rtol=0.0, atol=0.5, mistakes=mistakes,
+                   forbidden=("course_utils.mixed_precision_memory.measure_recipe_memory",
+                              "course_utils.grading.mixed_precision._reference_training_bytes"))
 
 
 # ---------------------------------------------------------------- exercise 5: predict flush-to-zero and overflow
@@ -299,7 +338,12 @@ def _edges(dtype):
     return emin, emax, m, half_sub, big
 
 
-def check_classify_cast(classify_cast: Callable, *, trials: int = 4, seed: int = 0) -> None:
+# "rather than by casting": the casts themselves (use .double() / .long() for wide copies) and the reference
+CAST_FORBIDDEN = ("torch.Tensor.to", "torch.Tensor.half", "torch.Tensor.bfloat16", "torch.Tensor.type",
+                  "course_utils.grading.mixed_precision._reference_classify_cast")
+
+
+def check_classify_cast(classify_cast: Callable, *, trials: int = 4, seed: int | None = None) -> None:
     """Exercise 5: ``classify_cast(x_fp32, dtype) -> int64`` codes: 0 flushes to zero, 1 stays finite and nonzero
     (or was zero), 2 overflows to inf, for ``torch.float16`` and ``torch.bfloat16``; compared with the real cast."""
 
@@ -344,4 +388,4 @@ def check_classify_cast(classify_cast: Callable, *, trials: int = 4, seed: int =
         Mistake("fp16_ranges", "bfloat16 has FP32's 8 exponent bits, so its range is FP32's: use the format's own exponent and mantissa widths.", fp16_ranges),
     ]
     check_function(classify_cast, _reference_classify_cast, make_inputs, name="classify_cast", trials=trials, seed=seed,
-                   mistakes=mistakes)
+                   mistakes=mistakes, forbidden=CAST_FORBIDDEN)
