@@ -323,7 +323,8 @@ def _sr_probability(sr_fn: Callable, x: np.ndarray, repeats: int, seed: int, nam
         raise CheckFailed(f"{name}: the function returned None; add a `return` statement.")
     out = np.asarray(out.detach().float().numpy() if isinstance(out, torch.Tensor) else out)
     if out.shape != tiled.shape:
-        raise CheckFailed(f"{name}: expected shape {tiled.shape}, got {out.shape}; return one rounded value per input.")
+        raise CheckFailed(f"{name}: expected shape {tiled.shape}, got {out.shape}; return one rounded value per input "
+                          f"(seed={seed}).")
     out = out.astype(np.float64).reshape(repeats, -1)  # (repeats, n)
     bf16 = FORMATS["bf16"]
     toward = round_bits(x, bf16, stochastic_u=np.zeros(x.shape, np.int64))  # truncation: the neighbour toward zero
@@ -332,7 +333,7 @@ def _sr_probability(sr_fn: Callable, x: np.ndarray, repeats: int, seed: int, nam
     ok = (out == lo) | (out == hi)
     if not ok.all():
         raise CheckFailed(f"{name}: some outputs are not one of the two bf16 neighbours of the input; round the "
-                          "magnitude down or up to a bf16 value (keep the top 16 bits of the float32 pattern).")
+                          f"magnitude down or up to a bf16 value (keep the top 16 bits of the float32 pattern); reproduce with seed={seed}.")
     return (out == hi).mean(axis=0)
 
 
