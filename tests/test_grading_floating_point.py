@@ -252,3 +252,16 @@ NUMPY_SHORTCUTS = [
 @pytest.mark.parametrize("check, shortcut, name", NUMPY_SHORTCUTS, ids=[n for _, _, n in NUMPY_SHORTCUTS])
 def test_check_rejects_numpy_shortcuts(check, shortcut, name):
     forbidden(check, shortcut, name)
+
+
+LOOKUPS = [(gfp.check_decode, decode), (gfp.check_round_to_nearest_even, round_fp32),
+           (gfp.check_overflow_underflow, will_it_fit), (gfp.check_kahan_sum, kahan)]
+
+
+@pytest.mark.parametrize("check, solution", LOOKUPS, ids=[c.__name__ for c, _ in LOOKUPS])
+def test_checks_reject_answers_recorded_on_other_inputs(check, solution):
+    table = Recorder(solution)
+    check(table, seed=SEED)
+    table.learning = False
+    with pytest.raises(AssertionError):
+        check(table, seed=SEED + 1)

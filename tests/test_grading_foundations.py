@@ -249,3 +249,18 @@ def test_check_strided_windows_rejects_sliding_window_view():
         return np.lib.stride_tricks.sliding_window_view(x, w, axis=-1)[:, ::s, :]
 
     forbidden(gf.check_strided_windows, by_numpy, "numpy.lib.stride_tricks.sliding_window_view")
+
+
+LOOKUPS = [
+    (gf.check_strided_windows, windows_ok), (gf.check_attention_scores, scores_ok),
+    (gf.check_numerical_jacobian, jacobian_ok), (gf.check_normalize_columns, normalize_ok),
+]
+
+
+@pytest.mark.parametrize("check, solution", LOOKUPS, ids=[c.__name__ for c, _ in LOOKUPS])
+def test_checks_reject_answers_recorded_on_other_inputs(check, solution):
+    table = Recorder(solution)
+    check(table, seed=SEED)
+    table.learning = False
+    with pytest.raises(AssertionError):
+        check(table, seed=SEED + 1)

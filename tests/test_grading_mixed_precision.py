@@ -262,3 +262,16 @@ def test_classify_check():
         return torch.where((y == 0) & (x != 0), 0, torch.where(torch.isinf(y), 2, 1)).long()
 
     forbidden(gmp.check_classify_cast, by_casting, "torch.Tensor.to")
+
+
+LOOKUPS = [(gmp.check_unscale_and_clip, good_clip), (gmp.check_master_weight_step, good_master_step),
+           (gmp.check_classify_cast, good_classify)]
+
+
+@pytest.mark.parametrize("check, solution", LOOKUPS, ids=[c.__name__ for c, _ in LOOKUPS])
+def test_checks_reject_answers_recorded_on_other_inputs(check, solution):
+    table = Recorder(solution)
+    check(table, seed=SEED)
+    table.learning = False
+    with pytest.raises(AssertionError):
+        check(table, seed=SEED + 1)
