@@ -15,7 +15,10 @@ from :func:`check_function` and :func:`check_value`.
 """
 from __future__ import annotations
 
+import importlib
 import math
+import secrets
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -47,24 +50,68 @@ class Mistake:
 # Tolerances per dtype, as (rtol, atol), with the reason. One table for the whole course.
 # fp64: reductions in another order differ by a few ulps of ~1e-16 times the number of terms.
 # fp32: same, with ulp ~6e-8; 1e-5 relative leaves room for sums of thousands of terms.
+# tf32: what a GPU's tensor cores use for fp32 matmuls when allowed: 10 mantissa bits like fp16.
 # fp16: 10 mantissa bits (ulp 2^-10 ~ 1e-3 relative); allow a couple of roundings.
 # bf16: 7 mantissa bits (ulp 2^-7 ~ 8e-3 relative); allow a couple of roundings.
 # fp8 e4m3 / e5m2: 3 / 2 mantissa bits, so one rounding is 6% / 12% relative.
+# triton_interpreter: Triton's CPU interpreter evaluates tl.dot with NumPy in fp32, in another order than
+#   torch's kernels, and programs accumulate tile by tile: fp32 rounding over a K loop, a little looser.
 # Integers and booleans must match exactly.
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float64": (1e-10, 1e-12),
     "float32": (1e-5, 1e-6),
+    "tfloat32": (2e-3, 1e-4),
     "float16": (2e-3, 1e-4),
     "bfloat16": (1.6e-2, 1e-3),
     "float8_e4m3fn": (1.25e-1, 1e-2),
     "float8_e5m2": (2.5e-1, 1e-2),
+    "triton_interpreter": (1e-4, 1e-5),
+}
+
+# Unit roundoff u = 2^-(mantissa bits + 1) of each accumulator format (lesson 01, section 12).
+UNIT_ROUNDOFF: dict[str, float] = {
+    "float64": 2.0**-53, "float32": 2.0**-24, "tfloat32": 2.0**-11, "float16": 2.0**-11, "bfloat16": 2.0**-8,
 }
 
 
-def tolerance_for(dtype: Any) -> tuple[float, float]:
-    """``(rtol, atol)`` for a NumPy or torch dtype, from :data:`TOLERANCES`; exact for integers."""
-    name = _dtype_name(dtype)
-    return TOLERANCES.get(name, (0.0, 0.0))
+def tolerance_for(dtype: Any, n: int | None = None, *, accumulate: Any = None) -> tuple[float, float]:
+    """``(rtol, atol)`` for a NumPy or torch dtype (or a name in :data:`TOLERANCES`); exact for integers.
+
+    ``n`` is the length of the longest reduction behind each output element (a GEMM's K, a sum over
+    a sequence). Two correct programs that add ``n`` terms in different orders differ by about
+    ``sqrt(n) * u`` relative (rounding errors of random sign add like a random walk; lesson 01 measures
+    it), where ``u`` is the unit roundoff of the *accumulator* (``accumulate``, default: ``dtype``
+    itself, but fp32 for 16-bit outputs, as every kernel in the course accumulates). The tolerance is
+    the table's value or ``4 * sqrt(n) * u``, whichever is larger, so a long fp32 reduction passes on any
+    CPU while a 16-bit accumulator (``u`` 2^11 times larger) still fails.
+    """
+    name = dtype if isinstance(dtype, str) and dtype in TOLERANCES else _dtype_name(dtype)
+    rtol, atol = TOLERANCES.get(name, (0.0, 0.0))
+    if n is None or n <= 1 or (rtol, atol) == (0.0, 0.0):
+        return rtol, atol
+    acc = name if accumulate is None else _dtype_name(accumulate)
+    if accumulate is None and name in ("float16", "bfloat16", "triton_interpreter") or "float8" in acc:
+        acc = "float32"
+    u = UNIT_ROUNDOFF.get(acc, UNIT_ROUNDOFF["float32"])
+    grown = 4.0 * math.sqrt(n) * u
+    return max(rtol, grown), max(atol, grown)
+
+
+def assert_close(got: Any, want: Any, *, dtype: Any = None, n: int | None = None, name: str = "result") -> None:
+    """Assert that ``got`` equals ``want`` within :func:`tolerance_for` (``dtype`` defaults to ``want``'s).
+
+    For lessons: one call instead of literal ``rtol``/``atol`` numbers. Raises :class:`CheckFailed`
+    with one line naming the largest difference and where it is.
+    """
+    first = _flatten(want)[0]
+    rtol, atol = tolerance_for(dtype if dtype is not None else (first.dtype if _is_array(first) else "float64"), n)
+    _validate(name, got, want, "")
+    if not _close(got, want, rtol, atol):
+        pairs = [(g, w) for g, w in zip(_flatten(got), _flatten(want)) if not _close(g, w, rtol, atol)]
+        if _is_array(pairs[0][1]):
+            err, idx = _max_error(*pairs[0])
+            raise CheckFailed(f"{name}: differs by up to {err:.3g} at index {idx} (rtol={rtol:.3g}, atol={atol:.3g}).")
+        raise CheckFailed(f"{name}: got {_describe_value(pairs[0][0])}, expected {_describe_value(pairs[0][1])}.")
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -143,7 +190,13 @@ def _max_error(got: Any, want: Any) -> tuple[float, tuple]:
 def _describe_value(x: Any) -> str:
     if _is_array(x):
         return f"{_kind(x)} of shape {tuple(x.shape)} and dtype {_dtype_name(x.dtype)}"
-    return f"{type(x).__name__} {x!r}"[:80]
+    if isinstance(x, (float, np.floating)):
+        return f"{type(x).__name__} {float(x):.10g}"
+    text = repr(x)
+    if len(text) > 80:  # never cut a number in half: say what it is instead
+        size = f" of {len(x)}" if hasattr(x, "__len__") else ""
+        return f"a {type(x).__name__}{size}"
+    return f"{type(x).__name__} {text}"
 
 
 def _validate(name: str, got: Any, want: Any, where: str) -> None:
@@ -221,14 +274,114 @@ def _same_input(a: Any, b: Any) -> bool:
     return True
 
 
-def call_learner(name: str, fn: Callable, args: Sequence[Any] = (), kwargs: dict | None = None) -> Any:
+class ForbiddenCall(CheckFailed):
+    """The learner's code called a function the exercise asks them to replace by hand."""
+
+
+def _resolve(dotted: str) -> Any:
+    """Import ``a.b.c.d`` as far as it is a module, then follow attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ValueError(f"cannot resolve forbidden name {dotted!r}")
+
+
+class _ForbiddenGuard:
+    """Notices calls of forbidden functions while the learner's code runs.
+
+    Two detectors, because the shortcuts come in two kinds: torch's functions (``F.conv2d``,
+    ``torch.matmul``, ``Tensor.__matmul__``, ``F.interpolate``) are seen by a ``TorchFunctionMode``,
+    which catches them under any alias; plain Python and C functions (the course's own reference,
+    ``np.matmul``) by a profile hook that compares code objects and function identity. The first
+    forbidden call is remembered and reported after the learner's function returns.
+    """
+
+    def __init__(self, names: Iterable[str]):
+        self.names = list(names)
+        self.hit: str | None = None
+        self._torch_funcs: dict[int, str] = {}
+        self._codes: dict[Any, str] = {}
+        self._cfuncs: dict[int, str] = {}
+        for dotted in self.names:
+            obj = _resolve(dotted)
+            self._torch_funcs[id(obj)] = dotted
+            code = getattr(obj, "__code__", None) or getattr(getattr(obj, "__func__", None), "__code__", None)
+            if code is not None and not (getattr(obj, "__module__", "") or "").startswith("torch"):
+                self._codes[code] = dotted
+            elif code is None:
+                self._cfuncs[id(obj)] = dotted
+        self._mode = None
+        self._previous_profile = None
+
+    def _profile(self, frame, event, arg):
+        if self.hit is None:
+            if event == "call":
+                self.hit = self._codes.get(frame.f_code)
+            elif event == "c_call":
+                self.hit = self._cfuncs.get(id(arg))
+
+    def __enter__(self):
+        if torch is not None and self._torch_funcs:
+            from torch.overrides import TorchFunctionMode
+
+            guard = self
+
+            class _Mode(TorchFunctionMode):
+                def __torch_function__(self, func, types, args=(), kwargs=None):
+                    if guard.hit is None:
+                        guard.hit = guard._torch_funcs.get(id(func)) or guard._torch_funcs.get(id(getattr(func, "__func__", None)))
+                    return func(*args, **(kwargs or {}))
+
+            self._mode = _Mode()
+            self._mode.__enter__()
+        if self._codes or self._cfuncs:
+            self._previous_profile = sys.getprofile()
+            sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc):
+        if self._codes or self._cfuncs:
+            sys.setprofile(self._previous_profile)
+        if self._mode is not None:
+            try:
+                self._mode.__exit__(*exc)
+            except Exception:  # the learner's code popped the mode itself
+                self.hit = self.hit or "torch's function-mode stack (your code changed it)"
+        return False
+
+
+def forbidden_message(name: str, hit: str) -> str:
+    return (f"{name}: your code calls {hit}, which this exercise asks you to replace by hand; "
+            f"write the computation yourself.")
+
+
+def call_learner(name: str, fn: Callable, args: Sequence[Any] = (), kwargs: dict | None = None,
+                 *, forbidden: Iterable[str] = ()) -> Any:
     """Call a learner's function: a stub becomes :class:`NotAttempted`, a crash a one-line :class:`CheckFailed`.
+
+    ``forbidden`` names functions (dotted, e.g. ``"torch.nn.functional.conv2d"``) that the learner's code
+    must not call; a call to one raises :class:`ForbiddenCall`. When ``fn`` is a grader's remote proxy
+    (``course_utils.remote``), the guard runs in the learner's kernel, around the real call.
 
     For checks that cannot be written with :func:`check_function` (statistical checks, for example).
     """
     kwargs = kwargs or {}
+    forbidden = tuple(forbidden)
     try:
-        return fn(*args, **kwargs)
+        if hasattr(fn, "__course_remote_call__"):
+            result, hit = fn.__course_remote_call__(args, kwargs, forbidden)
+        elif forbidden:
+            with _ForbiddenGuard(forbidden) as guard:
+                result = fn(*args, **kwargs)
+            hit = guard.hit
+        else:
+            result, hit = fn(*args, **kwargs), None
     except NotImplementedError:
         raise NotAttempted(
             f"{name}: not attempted yet; replace `raise NotImplementedError` with your code and run this cell again."
@@ -236,21 +389,38 @@ def call_learner(name: str, fn: Callable, args: Sequence[Any] = (), kwargs: dict
     except CheckFailed:
         raise
     except Exception as exc:  # the learner's code crashed: report it in one line
-        message = str(exc).splitlines()[0] if str(exc) else ""
+        kind = getattr(exc, "type_name", type(exc).__name__)
+        message = getattr(exc, "message", None) or (str(exc).splitlines()[0] if str(exc) else "")
+        if kind in ("NotImplementedError", "NotAttempted"):
+            raise NotAttempted(
+                f"{name}: not attempted yet; replace `raise NotImplementedError` with your code and run this cell again."
+            ) from None
         raise CheckFailed(
-            f"{name}: your function raised {type(exc).__name__}({message[:120]!r}) on {_describe_inputs(args)}; "
+            f"{name}: your function raised {kind}({message[:160]!r}) on {_describe_inputs(args, kwargs)}; "
             f"call it on such inputs yourself to see where."
         ) from None
+    if hit:
+        raise ForbiddenCall(forbidden_message(name, hit))
+    return result
 
 
-def _describe_inputs(args: Sequence[Any]) -> str:
-    parts = []
-    for a in args:
-        if _is_array(a):
-            parts.append(f"{_dtype_name(a.dtype)}{list(a.shape)}")
-        else:
-            parts.append(repr(a)[:30])
-    return "inputs (" + ", ".join(parts) + ")"
+def _describe_one(a: Any) -> str:
+    if _is_array(a):
+        return f"{_dtype_name(a.dtype)}{list(a.shape)}"
+    if isinstance(a, (list, tuple)) and len(a) > 4:
+        return f"{type(a).__name__} of {len(a)}"
+    if isinstance(a, (list, tuple)):
+        inner = ", ".join(_describe_one(x) for x in a)
+        return f"[{inner}]" if isinstance(a, list) else f"({inner}{',' if len(a) == 1 else ''})"
+    if callable(a):
+        return getattr(a, "__name__", type(a).__name__)
+    text = repr(a)
+    return text if len(text) <= 60 else type(a).__name__
+
+
+def _describe_inputs(args: Sequence[Any], kwargs: dict | None = None) -> str:
+    parts = [_describe_one(a) for a in args] + [f"{k}={_describe_one(v)}" for k, v in (kwargs or {}).items()]
+    return "inputs (" + ", ".join(parts) + ")" if parts else "no inputs"
 
 
 def _as_args(inputs: Any) -> tuple[tuple, dict]:
@@ -261,6 +431,15 @@ def _as_args(inputs: Any) -> tuple[tuple, dict]:
     return (inputs,), {}
 
 
+def fresh_seed(seed: int | None) -> int:
+    """``seed`` itself, or a new random one when it is None (checks draw fresh inputs every run)."""
+    return secrets.randbits(31) if seed is None else int(seed)
+
+
+def _is_dtype_problem(exc: CheckFailed) -> bool:
+    return "expected dtype" in str(exc)
+
+
 def check_function(
     learner_fn: Callable[..., Any],
     reference_fn: Callable[..., Any],
@@ -268,29 +447,35 @@ def check_function(
     *,
     name: str,
     trials: int = 3,
-    seed: int = 0,
+    seed: int | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    n: int | None = None,
     mistakes: Iterable[Mistake] = (),
     check_inputs_unchanged: bool = True,
+    forbidden: Iterable[str] = (),
     quiet: bool = False,
 ) -> None:
     """Run ``learner_fn`` and ``reference_fn`` on ``trials`` fresh random inputs and compare.
 
     ``make_inputs(rng)`` returns the arguments: a tuple (positional), a dict (keywords) or a
-    single value. Tolerances default to :func:`tolerance_for` the reference output's dtype.
-    ``mistakes`` are tried in order when the answer is wrong; the first whose output agrees with
-    the learner's gives the hint. Raises :class:`NotAttempted` or :class:`CheckFailed`.
+    single value. ``seed=None`` (the default) draws new inputs on every run; a failure message names
+    the seed, and passing it back reproduces the failure. Tolerances default to :func:`tolerance_for`
+    the reference output's dtype, grown for a reduction of length ``n`` when given. ``mistakes`` are
+    tried in order when the answer is wrong; the first whose output agrees with the learner's gives the
+    hint. ``forbidden`` names functions the learner must not call (see :func:`call_learner`).
+    Raises :class:`NotAttempted` or :class:`CheckFailed`.
     """
     if not callable(learner_fn):
         raise CheckFailed(f"{name}: expected a function, got {_describe_value(learner_fn)}; pass the function itself, not its result.")
     mistakes = list(mistakes)
+    seed = fresh_seed(seed)
     for trial in range(trials):
         rng = np.random.default_rng([seed, trial])
         args, kwargs = _as_args(make_inputs(rng))
-        where = f" (trial {trial + 1} of {trials}, {_describe_inputs(args)})" if trials > 1 else ""
+        where = f" (trial {trial + 1} of {trials}, {_describe_inputs(args, kwargs)}; reproduce with seed={seed})"
         originals = _copy_inputs(args)
-        got = call_learner(name, learner_fn, args, kwargs)
+        got = call_learner(name, learner_fn, args, kwargs, forbidden=forbidden)
         if check_inputs_unchanged and not all(_same_input(a, b) for a, b in zip(args, originals)):
             raise CheckFailed(
                 f"{name}: your function modified its input in place; work on a copy (or a new array) instead."
@@ -298,7 +483,7 @@ def check_function(
         args = originals
         want = reference_fn(*_copy_inputs(args), **kwargs)
         first = _flatten(want)[0]
-        default_rtol, default_atol = tolerance_for(first.dtype) if _is_array(first) else TOLERANCES["float64"]
+        default_rtol, default_atol = tolerance_for(first.dtype, n) if _is_array(first) else TOLERANCES["float64"]
         r = default_rtol if rtol is None else rtol
         a = default_atol if atol is None else atol
         try:
@@ -308,6 +493,8 @@ def check_function(
             problem = exc
         if problem is None and _close(got, want, r, a):
             continue
+        if problem is not None and _is_dtype_problem(problem):
+            raise problem  # a dtype mistake is a dtype mistake, whatever value it happens to equal
         for mistake in mistakes:
             try:
                 wrong = mistake.fn(*_copy_inputs(args), **kwargs)
@@ -317,16 +504,23 @@ def check_function(
                 raise CheckFailed(f"{name}: {mistake.hint}")
         if problem is not None:
             raise problem
-        if _is_array(first):
-            pairs = [(g, w) for g, w in zip(_flatten(got), _flatten(want)) if not _close(g, w, r, a)]
-            err, idx = _max_error(*pairs[0])
-            raise CheckFailed(
-                f"{name}: values differ from the reference by up to {err:.3g} at index {idx} "
-                f"(tolerance rtol={r:g}, atol={a:g}){where}."
-            )
-        raise CheckFailed(f"{name}: expected {_describe_value(want)}, got {_describe_value(got)}{where}.")
+        raise CheckFailed(_difference_message(name, got, want, r, a, where))
     if not quiet:
         print(f"✅ {name}: matches the reference on {trials} random input{'s' if trials != 1 else ''}.")
+
+
+def _difference_message(name: str, got: Any, want: Any, r: float, a: float, where: str) -> str:
+    """One line saying where ``got`` and ``want`` differ: which element of a tuple, which index of an array."""
+    if isinstance(want, (tuple, list)) and not _is_array(want) and len(want) > 1:
+        for i, (g, w) in enumerate(zip(got, want)):
+            if not _close(g, w, r, a):
+                return _difference_message(f"{name}[{i}] (element {i + 1} of the {len(want)} you return)", g, w, r, a, where)
+    if _is_array(want) and (_to_numpy(want).ndim > 0):
+        err, idx = _max_error(got, want)
+        g_at, w_at = _to_numpy(got)[idx], _to_numpy(want)[idx]
+        return (f"{name}: values differ from the reference by up to {err:.3g} at index {idx} "
+                f"(got {float(g_at):.6g}, expected {float(w_at):.6g}; tolerance rtol={r:.3g}, atol={a:.3g}){where}.")
+    return f"{name}: got {_describe_value(got)}, expected {_describe_value(want)}{where}."
 
 
 def check_value(

@@ -74,13 +74,24 @@ def test_modifying_the_input_in_place_is_caught():
         run(inplace)
 
 
-def test_inputs_are_fresh_per_trial_and_reproducible():
-    seen = []
-    check_function(lambda x: (seen.append(x.copy()), x)[1], lambda x: x, inputs, name="id", trials=3, quiet=True)
-    assert not np.allclose(seen[0], seen[1])
-    again = []
-    check_function(lambda x: (again.append(x.copy()), x)[1], lambda x: x, inputs, name="id", trials=3, quiet=True)
-    assert all(np.array_equal(a, b) for a, b in zip(seen, again))
+def test_inputs_are_fresh_per_trial_and_per_run_and_reproducible_by_seed():
+    def collect(seed=None):
+        seen = []
+        check_function(lambda x: (seen.append(x.copy()), x)[1], lambda x: x, inputs, name="id", trials=3, seed=seed, quiet=True)
+        return seen
+    first, second = collect(), collect()
+    assert not np.allclose(first[0], first[1])                    # fresh per trial
+    assert not np.allclose(first[0], second[0])                   # fresh per run: a lookup table cannot pass
+    assert all(np.array_equal(a, b) for a, b in zip(collect(7), collect(7)))   # a named seed reproduces
+
+
+def test_failure_names_the_seed_that_reproduces_it():
+    with pytest.raises(CheckFailed, match=r"reproduce with seed=\d+") as failure:
+        run(lambda x: ref_softmax(x) + 1e-3)
+    seed = int(str(failure.value).rsplit("seed=", 1)[1].split(")")[0])
+    with pytest.raises(CheckFailed) as again:
+        run(lambda x: ref_softmax(x) + 1e-3, seed=seed)
+    assert str(again.value) == str(failure.value)
 
 
 def test_torch_device_and_dtype_validation():
@@ -122,3 +133,88 @@ def test_check_value():
 def test_not_a_function_is_reported():
     with pytest.raises(CheckFailed, match="expected a function"):
         check_function(np.zeros(3), ref_softmax, inputs, name="softmax")
+
+
+# ------------------------------------------------------------------ forbidden shortcuts
+def conv_inputs(rng):
+    return torch.from_numpy(rng.standard_normal((1, 2, 6, 6))).float(), torch.from_numpy(rng.standard_normal((3, 2, 3, 3))).float()
+
+
+def conv_by_hand(x, w):
+    cols = x.unfold(2, 3, 1).unfold(3, 3, 1)                       # (1, 2, 4, 4, 3, 3)
+    return torch.einsum("nchwij,ocij->nohw", cols, w)
+
+
+@pytest.mark.parametrize("shortcut", [
+    lambda x, w: torch.nn.functional.conv2d(x, w),
+    lambda x, w: torch.conv2d(x, w),                               # the same builtin under another name
+    lambda x, w: torch.nn.Conv2d(2, 3, 3, bias=False).requires_grad_(False)._conv_forward(x, w, None),
+])
+def test_a_forbidden_call_fails_under_any_alias(shortcut):
+    from course_utils.checks import ForbiddenCall
+    with pytest.raises(ForbiddenCall, match="calls torch.nn.functional.conv2d, which this exercise asks you to replace by hand"):
+        check_function(shortcut, lambda x, w: torch.nn.functional.conv2d(x, w), conv_inputs, name="conv",
+                       forbidden=["torch.nn.functional.conv2d"], quiet=True)
+
+
+def test_a_forbidden_python_function_is_caught_even_when_imported_under_another_name():
+    from course_utils.checks import ForbiddenCall
+    from tests_helpers_reference import reference_softmax as my_alias  # noqa: F401  (see below)
+    with pytest.raises(ForbiddenCall, match="tests_helpers_reference.reference_softmax"):
+        run(lambda x: my_alias(x), forbidden=["tests_helpers_reference.reference_softmax"])
+
+
+def test_honest_code_passes_with_a_guard_and_the_guard_is_removed_afterwards():
+    import sys
+    before = sys.getprofile()
+    check_function(conv_by_hand, lambda x, w: torch.nn.functional.conv2d(x, w), conv_inputs, name="conv",
+                   forbidden=["torch.nn.functional.conv2d", "numpy.matmul"], quiet=True)
+    assert sys.getprofile() is before
+    assert torch.nn.functional.conv2d(*conv_inputs(np.random.default_rng(0))).shape == (1, 3, 4, 4)
+
+
+# ------------------------------------------------------------------ tolerances and messages
+def test_tolerance_grows_with_accumulation_length_but_not_for_a_16_bit_accumulator():
+    assert tolerance_for(torch.float32, 16) == TOLERANCES["float32"]
+    r, _ = tolerance_for(torch.float32, 1 << 20)
+    assert TOLERANCES["float32"][0] < r < 1e-3
+    x = torch.randn(1 << 14, dtype=torch.float64)
+    exact = x.sum()
+    r32, a32 = tolerance_for(torch.float32, x.numel())
+    assert torch.allclose(x.float().sum().double(), exact, rtol=r32, atol=a32)       # fp32 accumulator passes
+    acc16 = torch.zeros((), dtype=torch.float16)
+    for chunk in x.half():
+        acc16 = acc16 + chunk                                                   # fp16 accumulator fails
+    assert not torch.allclose(acc16.double(), exact, rtol=r32, atol=a32)
+
+
+def test_a_scalar_answer_shows_got_and_expected_and_a_tuple_names_its_element():
+    make = lambda rng: (float(rng.uniform(1, 2)),)  # noqa: E731
+    with pytest.raises(CheckFailed, match=r"got float .*, expected float"):
+        check_function(lambda x: x + 1, lambda x: x, make, name="s", quiet=True)
+    make2 = lambda rng: (rng.standard_normal(3),)  # noqa: E731
+    with pytest.raises(CheckFailed, match=r"pair\[1\] \(element 2 of the 2 you return\)"):
+        check_function(lambda x: (x, -x), lambda x: (x, x), make2, name="pair", quiet=True)
+
+
+def test_a_dtype_mistake_is_reported_as_such_even_when_a_named_mistake_matches_its_values():
+    wrong = [Mistake("double", "you doubled.", lambda x: (x * 2).astype(np.float64))]
+    make = lambda rng: (rng.standard_normal(3).astype(np.float32),)  # noqa: E731
+    with pytest.raises(CheckFailed, match="expected dtype float32, got float64"):
+        check_function(lambda x: x.astype(np.float64) * 2, lambda x: x, make, name="d", mistakes=wrong, quiet=True)
+
+
+def test_messages_never_say_empty_inputs_or_cut_a_number():
+    make = lambda rng: {"x": float(rng.uniform(1, 2)), "steps": 123456789.123456789}  # noqa: E731
+    with pytest.raises(CheckFailed) as failure:
+        check_function(lambda x, steps: x + 1, lambda x, steps: x, make, name="k", quiet=True)
+    text = str(failure.value)
+    assert "inputs ()" not in text and "x=" in text and "steps=123456789.12345679" in text
+
+
+def test_assert_close_uses_the_table():
+    from course_utils.checks import assert_close
+    x = torch.randn(8)
+    assert_close(x + 1e-7, x)
+    with pytest.raises(CheckFailed, match="differs by up to"):
+        assert_close(x + 1e-3, x, name="x")
