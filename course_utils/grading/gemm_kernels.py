@@ -120,7 +120,8 @@ def _variants(x_buf, x, w_buf, w, blocks, epilogue: Callable) -> list[tuple[str,
          epilogue(_read(x_buf, m, k, k, 1) @ _read(w_buf, n, k, k, 1).T), "triton_interpreter"),
         ("out was treated as contiguous: it is a strided view, so pass out.stride(0) and out.stride(1) as stride_cm, stride_cn.",
          flat.reshape(m + PAD, n + PAD)[:m, :n], "triton_interpreter"),
-        ("the grid's axes are swapped: program_id(0) runs along M, so grid = (cdiv(M, block_m), cdiv(N, block_n)).",
+        ("the grid does not match the kernel (axes swapped, or tiles counted with other block sizes): program_id(0) runs "
+         "along M, so grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n)) with the block sizes passed in.",
          _covered(m, n, _cdiv(n, bn) * bm, _cdiv(m, bm) * bn, ref), "triton_interpreter"),
         ("the store mask is on the wrong axes: rows (offs_m) compare with M and columns (offs_n) with N.",
          _covered(m, n, n, m, ref), "triton_interpreter"),
@@ -191,7 +192,7 @@ def _trials(name, fn, trials, seed, epilogue, make_extra, forbidden, describe):
                 raise CheckFailed(f"{name}: {hint}{where}")
         if (got == C_FILL).any():
             raise CheckFailed(f"{name}: some places of out were never stored: the grid must cover every tile, "
-                              f"grid = (cdiv(M, block_m), cdiv(N, block_n)), and the store mask keep every row < M and column < N{where}.")
+                              f"grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n)), and the store mask keep every row < M and column < N{where}.")
         if not torch.isfinite(got).all():
             raise CheckFailed(f"{name}: out holds NaN or Inf; print one tile of it next to the reference{where}.")
         err = (got - want).abs()
