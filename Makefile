@@ -13,17 +13,24 @@ LAB_ARGS ?=
 # Jupyter refuses to run as root unless told; containers often run as root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 NB     ?=
+DIR    ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install lab test test-fast exercises check-exercises grade times doctor clean
+.PHONY: help install lab test test-fast lint exercises check-exercises grade grade-class times doctor clean
 
 help:
-	@echo "make lab         start JupyterLab on notebooks/ (installs into $(VENV) first if needed)"
-	@echo "make test        run the whole test suite (unit tests, nbval, assignment pipeline)"
-	@echo "make exercises   regenerate exercises/ from solutions/"
-	@echo "make grade NB=path/to/notebook.ipynb   grade a learner's notebook"
-	@echo "make times       measure every notebook's CPU run time into benchmarks/results/"
-	@echo "make doctor      check the installation"
+	@echo "make lab              start JupyterLab on notebooks/ (installs into $(VENV) first if needed)"
+	@echo "make test             lint, then the whole test suite (unit tests, nbval, assignment pipeline, grader attacks)"
+	@echo "make test-fast        the test suite without the slow tests (no notebook execution)"
+	@echo "make lint             ruff on the package, tests, benchmarks, lessons and solutions"
+	@echo "make exercises        regenerate exercises/ from solutions/"
+	@echo "make check-exercises  fail when exercises/ differs from what solutions/ generates"
+	@echo "make grade NB=path/to/notebook.ipynb   grade a learner's notebook against the pristine problem set"
+	@echo "make grade-class DIR=path/to/folder    grade a folder of submissions into gradebook.csv/json"
+	@echo "make times            measure every notebook's CPU run time into benchmarks/results/"
+	@echo "make doctor           check the installation"
+	@echo "make install          create $(VENV) and install the course (TORCH_SPEC=torch==X for a CPU wheel)"
+	@echo "make clean            remove $(VENV) and caches"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,8 +46,11 @@ install: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
 
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
@@ -54,6 +64,10 @@ check-exercises: $(STAMP)
 grade: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make grade NB=path/to/notebook.ipynb"; exit 2; }
 	$(PY) -m course_utils grade "$(NB)"
+
+grade-class: $(STAMP)
+	@test -n "$(DIR)" || { echo "usage: make grade-class DIR=path/to/submissions"; exit 2; }
+	$(PY) -m course_utils grade-class "$(DIR)"
 
 times: $(STAMP)
 	$(PY) -m course_utils times --output benchmarks/results/notebook_times_cpu.json

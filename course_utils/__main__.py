@@ -1,8 +1,9 @@
-"""Command line of the course: ``python -m course_utils {exercises,grade,doctor,times}``."""
+"""Command line of the course: ``python -m course_utils {exercises,grade,grade-class,doctor,times}``."""
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 
@@ -43,7 +44,7 @@ def _grade(args) -> int:
     from .grader import EXIT_BAD_INPUT, EXIT_FULL, EXIT_NO_KERNEL, EXIT_PARTIAL, GradingInputError, KernelStartError, grade_notebook, write_json
 
     try:
-        report = grade_notebook(Path(args.path), cell_timeout=args.cell_timeout)
+        report = grade_notebook(Path(args.path), cell_timeout=args.cell_timeout, pristine=args.pristine)
     except GradingInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -54,6 +55,24 @@ def _grade(args) -> int:
     if args.json:
         write_json(report, Path(args.json))
     return EXIT_FULL if report.full_marks else EXIT_PARTIAL
+
+
+def _grade_class(args) -> int:
+    from .gradebook import grade_class, statistics, statistics_table
+    from .grader import EXIT_BAD_INPUT, GradingInputError
+
+    try:
+        started = time.monotonic()
+        rows = grade_class(Path(args.folder), pristine=args.pristine, out_dir=args.out, workers=args.workers,
+                           cell_timeout=args.cell_timeout)
+    except GradingInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    exercises = [(name, e["max_points"]) for name, e in rows[0].exercises.items()]
+    print(f"{len(rows)} submissions graded in {time.monotonic() - started:.0f} s; "
+          f"gradebook.csv and gradebook.json written to {args.out or args.folder}")
+    print(statistics_table(statistics(rows, exercises)))
+    return 0
 
 
 def _doctor(args) -> int:
@@ -83,7 +102,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("path", help="the learner's notebook (.ipynb); it is never modified")
     p.add_argument("--json", metavar="OUT", help="also write the report as JSON to OUT")
     p.add_argument("--cell-timeout", type=float, default=120, metavar="S", help="seconds per cell before it is interrupted (default 120)")
+    p.add_argument("--pristine", metavar="SOLUTION", help="the course's solution notebook whose graded cells are used "
+                   "(default: solutions/ with the same file name)")
     p.set_defaults(func=_grade)
+
+    p = sub.add_parser("grade-class", help="grade a folder of submissions into a gradebook (CSV, JSON) with class statistics")
+    p.add_argument("folder", help="one notebook per learner (the learner is the file name)")
+    p.add_argument("--pristine", metavar="SOLUTION", help="the problem set's solution notebook (default: found by grade ids)")
+    p.add_argument("--out", metavar="DIR", help="where to write gradebook.csv/json (default: the folder)")
+    p.add_argument("--workers", type=int, metavar="N", help="submissions graded at once (default: the number of cores)")
+    p.add_argument("--cell-timeout", type=float, default=60, metavar="S", help="seconds per cell (default 60)")
+    p.set_defaults(func=_grade_class)
 
     p = sub.add_parser("doctor", help="check packages, device tier and Triton mode")
     p.set_defaults(func=_doctor)

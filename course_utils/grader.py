@@ -1,39 +1,56 @@
 """Grade a learner's notebook per exercise: ``python -m course_utils grade PATH``.
 
-Used by ``make grade NB=...``, by the test suite (solutions grade full marks, untouched exercises
-grade zero) and by instructors who do not run nbgrader.
+Used by ``make grade NB=...``, by ``grade-class`` (:mod:`course_utils.gradebook`), by the test suite
+(solutions grade full marks, untouched exercises grade zero, attacks score zero) and by instructors
+who do not run nbgrader.
 
-The notebook is read into memory and executed top to bottom in a fresh kernel, in its own folder,
-with a time limit per cell; the file itself is never written. Each graded cell (nbgrader metadata
-``grade: true``) closes an exercise made of the cells since the previous graded cell. Its status:
+**The verdict is taken where the learner's code cannot reach.** The learner's notebook runs in a
+fresh Jupyter kernel, in its own folder, with a time limit per cell; the file itself is never written.
+Its graded cells are *not* run there. For each graded cell of the course's pristine copy of the
+problem set (``solutions/NAME.ipynb``, matched by nbgrader ``grade_id``), the grading process itself
+runs that cell, hidden tests included, in a namespace made from the pristine notebook's opening cells
+(its imports and ``setup()``), with every name the learner defined replaced by a
+:class:`~course_utils.remote.RemoteObject`: calling it runs the learner's function in the kernel on
+inputs sent from here, and only data comes back. References, comparisons and named mistakes run
+here. So replacing a check cell by ``pass``, patching ``course_utils``, ``numpy.allclose``,
+``builtins`` or IPython's traceback display in the notebook changes nothing: the first is reported
+as *tampered*, the rest never reach this process.
 
 =============== ===========================================================================
-passed          the graded cell ran without an error: full points
+passed          the pristine check ran without an error: full points
 not attempted   it raised ``NotAttempted`` or ``NotImplementedError`` (the untouched stub)
 failed          it raised ``CheckFailed`` or another ``AssertionError``; the hint is its message
-timed out       a cell of the exercise ran past the limit and was interrupted
-error           anything else (a crash in the learner's code, a dead kernel)
+tampered        the submission's copy of the graded cell was changed or deleted: zero points
+timed out       a cell of the exercise, or the learner's code called by the check, ran past the limit
+error           anything else (a crash in the learner's code, a dead kernel, a missing name)
 =============== ===========================================================================
 
 Exit codes of the command: 0 full marks, 1 graded but not full marks, 2 bad input (missing file,
-not a notebook, nothing to grade), 3 the notebook could not be executed (no kernel).
+not a notebook, nothing to grade, no pristine copy), 3 the notebook could not be executed (no kernel).
 """
 from __future__ import annotations
 
+import ast
+import builtins
+import contextlib
+import io
 import json
+import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from .assignments import exercise_name, is_graded, nbgrader_meta
+from .assignments import BEGIN_HIDDEN, END_HIDDEN, ROOT, _strip_regions, exercise_name, is_graded, is_solution, nbgrader_meta
 
 EXIT_FULL, EXIT_PARTIAL, EXIT_BAD_INPUT, EXIT_NO_KERNEL = 0, 1, 2, 3
 NOT_ATTEMPTED_ERRORS = {"NotAttempted", "NotImplementedError"}
-FAILED_ERRORS = {"CheckFailed", "AssertionError"}
+FAILED_ERRORS = {"CheckFailed", "AssertionError", "ForbiddenCall"}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -129,44 +146,201 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _classify(cells, graded_index: int, timed_out: set[int], dead_at: int | None, cell_timeout: float) -> tuple[str, str]:
-    """Status and hint of the exercise whose cells are ``cells`` (index, cell), graded one last."""
+def find_pristine(path: Path, nb) -> Path:
+    """The course's solution notebook for a submission: same file name in ``solutions/``, else the one
+    whose graded ``grade_id``s the submission shares."""
+    candidate = ROOT / "solutions" / Path(path).name
+    if candidate.exists():
+        return candidate
+    ids = {nbgrader_meta(c).get("grade_id") for c in nb.cells if is_graded(c)}
+    best, overlap = None, 0
+    for solution in sorted((ROOT / "solutions").glob("*.ipynb")):
+        theirs = {nbgrader_meta(c).get("grade_id") for c in nbformat.read(solution, as_version=4).cells if is_graded(c)}
+        if len(ids & theirs) > overlap:
+            best, overlap = solution, len(ids & theirs)
+    if best is None:
+        raise GradingInputError(f"{path}: no problem set in solutions/ has its graded cells; pass pristine=PATH (--pristine).")
+    return best
+
+
+def _normalized(source: str) -> str:
+    return "\n".join(line.rstrip() for line in source.strip().splitlines())
+
+
+def _release_source(cell) -> str:
+    """The graded cell as learners receive it: hidden tests removed."""
+    return "\n".join(_strip_regions(cell.source.split("\n"), BEGIN_HIDDEN, END_HIDDEN, None, "pristine"))
+
+
+def _tampered(pristine_cell, submitted_cell) -> str | None:
+    if submitted_cell is None:
+        return "the graded cell was deleted (or its grade_id changed); restore it from a fresh copy of the exercise."
+    allowed = {_normalized(pristine_cell.source), _normalized(_release_source(pristine_cell))}
+    if submitted_cell.cell_type != "code" or _normalized(submitted_cell.source) not in allowed:
+        return "the graded cell was changed; graded cells must stay as handed out (restore it from a fresh copy)."
+    return None
+
+
+def _learner_names(source: str, known: dict) -> list[str]:
+    """Names a check cell reads that the pristine preamble does not define: the learner's objects."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return sorted(n for n in names if n not in known and not hasattr(builtins, n))
+
+
+class KernelSession:
+    """The learner's kernel, seen from the grading process: cells to run and remote requests."""
+
+    def __init__(self, client, cell_timeout: float, workdir: Path):
+        self.client, self.cell_timeout, self.workdir = client, cell_timeout, workdir
+        self.count = 0
+        self.dead = False
+
+    def run_code(self, source: str):
+        from nbclient.exceptions import DeadKernelError
+
+        cell = nbformat.v4.new_code_cell(source)
+        cells = self.client.nb.cells
+        cells.append(cell)  # nbclient writes a cell back by its index: lend it a slot past the learner's cells
+        try:
+            self.client.execute_cell(cell, len(cells) - 1)
+        except DeadKernelError:
+            self.dead = True
+        finally:
+            cells.pop()
+        return cell
+
+    def request(self, request: dict):
+        """Send one request (see :mod:`course_utils.remote`) and return ``(reply, arrays)``."""
+        import cloudpickle
+        import numpy as np
+
+        from .remote import RemoteDead, RemoteTimeout, remote_error
+
+        if self.dead:
+            raise RemoteDead("DeadKernel", "the learner's kernel died earlier")
+        self.count += 1
+        base = str(self.workdir / f"r{self.count}")
+        with open(base + ".in", "wb") as f:
+            cloudpickle.dump(request, f)
+        tick = time.monotonic()
+        cell = self.run_code(f"import course_utils.remote as _l2k_remote; _l2k_remote.serve({base!r})")
+        if self.dead:
+            raise RemoteDead("DeadKernel", "the kernel died while running your code (a crash or out of memory)")
+        if not os.path.exists(base + ".json"):
+            if time.monotonic() - tick >= self.cell_timeout:
+                raise RemoteTimeout("Timeout", f"your code ran longer than {_num(self.cell_timeout)} s and was interrupted")
+            error = _error_of(cell)
+            raise remote_error(*(error or ("NoReply", "the kernel did not answer")))
+        reply = json.loads(Path(base + ".json").read_text())
+        with np.load(base + ".npz", allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+        if "error" in reply:
+            raise remote_error(reply["error"]["type"], reply["error"]["message"])
+        return reply, arrays
+
+    def resolve(self, name: str):
+        """The learner's global ``name``: data comes back as data, anything else as a RemoteObject."""
+        from .remote import RemoteObject, decode
+
+        reply, arrays = self.request({"op": "resolve", "name": name, "handle": None})
+        if reply.get("missing"):
+            return None, False
+        value = decode(reply["value"], arrays, self)
+        if isinstance(value, RemoteObject):  # keep the name: the learner may redefine it later
+            value = RemoteObject(self, name=name, type_name=value._type_name, is_callable=value._is_callable)
+        return value, True
+
+
+def _preamble_namespace(pristine) -> dict:
+    """Run the pristine notebook's opening code cells (imports, setup) here, before its first exercise."""
+    namespace: dict = {"__name__": "__course_check__"}
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        for cell in pristine.cells:
+            if cell.cell_type != "code":
+                continue
+            if is_solution(cell) or is_graded(cell):
+                break
+            exec(compile(cell.source, "<pristine preamble>", "exec"), namespace)  # noqa: S102 (the course's own code)
+    return namespace
+
+
+def _run_check(source: str, preamble: dict, session: KernelSession) -> tuple[str, str]:
+    """Run a pristine graded cell here against the learner's kernel; return (status, hint)."""
+    from .remote import RemoteDead, RemoteError, RemoteTimeout
+
+    namespace = dict(preamble)
+    for name in _learner_names(source, namespace):
+        try:
+            value, found = session.resolve(name)
+        except RemoteTimeout as exc:
+            return "timed out", exc.message
+        except RemoteError as exc:
+            return "error", f"{name}: {exc.type_name}: {exc.message}"
+        if found:
+            namespace[name] = value
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            exec(compile(source, "<pristine check>", "exec"), namespace)  # noqa: S102 (the course's own code)
+    except RemoteTimeout as exc:
+        return "timed out", f"{exc.message}; look for an endless loop."
+    except RemoteDead as exc:
+        return "error", exc.message
+    except NotImplementedError as exc:
+        return "not attempted", _one_line(getattr(exc, "message", "") or str(exc)) or "not attempted yet."
+    except AssertionError as exc:  # CheckFailed, NotAttempted, ForbiddenCall, a hidden test's assert
+        if type(exc).__name__ == "NotAttempted":
+            return "not attempted", _one_line(str(exc))
+        return "failed", _one_line(str(exc)) or "the check failed."
+    except NameError as exc:
+        return "error", f"{_one_line(str(exc))}: define it (run the exercise's cell without errors)."
+    except RemoteError as exc:
+        return "error", _one_line(f"your code raised {exc.type_name}: {exc.message}")
+    except Exception as exc:  # the check itself could not use what the learner's code returned
+        return "failed", _one_line(f"{type(exc).__name__}: {exc}")[:300]
+    return "passed", ""
+
+
+def _cells_status(cells, timed_out: set[int], dead_at: int | None, graded_index: int, cell_timeout: float):
+    """A learner cell of the exercise that timed out or killed the kernel decides the status."""
     for index, _cell in cells:
         if index in timed_out:
             return "timed out", f"cell {index} ran longer than {_num(cell_timeout)} s and was interrupted; look for an endless loop."
     if dead_at is not None and dead_at <= graded_index:
         return "error", f"the kernel died while running cell {dead_at} (a crash or running out of memory)."
-    graded_cell = cells[-1][1]
-    error = _error_of(graded_cell)
-    if error is None:
-        if not graded_cell.get("outputs") and graded_cell.get("execution_count") is None:
-            return "error", "the check cell did not run."
-        return "passed", ""
-    ename, evalue = error
-    if ename in NOT_ATTEMPTED_ERRORS:
-        return "not attempted", _one_line(evalue) or "not attempted yet."
-    earlier = [(i, _error_of(c)) for i, c in cells[:-1] if _error_of(c) is not None]
-    if ename in FAILED_ERRORS:
-        return "failed", _one_line(evalue) or "the check failed."
-    if earlier:
-        i, (e_name, e_value) = earlier[0]
-        if e_name in NOT_ATTEMPTED_ERRORS:
-            return "not attempted", _one_line(e_value) or "not attempted yet."
-        return "error", _one_line(f"cell {i} raised {e_name}: {e_value}")
-    return "error", _one_line(f"{ename}: {evalue}")
+    return None
 
 
-def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: str = "python3", startup_timeout: float = 60) -> GradeReport:
-    """Execute a copy of the notebook at ``path`` and grade each exercise; never writes the file."""
+def _earlier_error(cells) -> tuple[str, str] | None:
+    for index, cell in cells:
+        error = _error_of(cell)
+        if error is not None:
+            ename, evalue = error
+            if ename in NOT_ATTEMPTED_ERRORS:
+                return "not attempted", _one_line(evalue) or "not attempted yet."
+            return "error", _one_line(f"cell {index} raised {ename}: {evalue}")
+    return None
+
+
+def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: str = "python3", startup_timeout: float = 60,
+                   pristine: Path | str | None = None) -> GradeReport:
+    """Execute a copy of the notebook at ``path`` and grade each exercise against the pristine checks."""
     from jupyter_client.kernelspec import NoSuchKernel
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
 
     path = Path(path)
     nb = read_notebook(path)
-    graded = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and is_graded(c)]
+    pristine_path = Path(pristine) if pristine is not None else find_pristine(path, nb)
+    reference = read_notebook(pristine_path)
+    graded = [c for c in reference.cells if c.cell_type == "code" and is_graded(c)]
     if not graded:
-        raise GradingInputError(f"{path}: no graded cells (nbgrader metadata grade: true); is this a problem set?")
+        raise GradingInputError(f"{pristine_path}: no graded cells (nbgrader metadata grade: true); is this a problem set?")
+    graded_ids = {nbgrader_meta(c)["grade_id"] for c in graded}
+    submitted = {nbgrader_meta(c).get("grade_id"): (i, c) for i, c in enumerate(nb.cells) if nbgrader_meta(c).get("grade_id") in graded_ids}
     for cell in nb.cells:  # grade what the learner's code does now, not stale outputs
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
@@ -181,51 +355,75 @@ def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: 
         error_on_timeout={"ename": "CellTimeout", "evalue": f"cell ran past {cell_timeout} s", "traceback": []},
         resources={"metadata": {"path": str(path.resolve().parent)}},
     )
+    report = GradeReport(notebook=str(path), cell_timeout=cell_timeout)
     timed_out: set[int] = set()
     dead_at: int | None = None
     started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="l2k-grade-"))
+    preamble = _preamble_namespace(reference)
+    # the learner's cells of each exercise: those after the previous graded cell, in the submission's order
+    positions = sorted((i, gid) for gid, (i, _c) in submitted.items())
     try:
         with client.setup_kernel(stderr=subprocess.DEVNULL):  # kernel log lines are noise to a learner
-            for index, cell in enumerate(nb.cells):
-                if cell.cell_type != "code":
-                    continue
-                tick = time.monotonic()
-                try:
-                    client.execute_cell(cell, index)
-                except DeadKernelError:
-                    dead_at = index
-                    break
-                if time.monotonic() - tick >= cell_timeout:
-                    timed_out.add(index)
+            session = KernelSession(client, cell_timeout, workdir)
+            cursor = 0
+            for check in graded:
+                meta = nbgrader_meta(check)
+                grade_id = meta["grade_id"]
+                stop = submitted[grade_id][0] if grade_id in submitted else None
+                if stop is None:  # a deleted graded cell: run the learner's cells up to the next graded one
+                    later = [i for i, _g in positions if i >= cursor]
+                    stop = later[0] if later else len(nb.cells)
+                cells = []
+                for index in range(cursor, stop):
+                    cell = nb.cells[index]
+                    if cell.cell_type != "code" or nbgrader_meta(cell).get("grade_id") in graded_ids or dead_at is not None:
+                        continue
+                    tick = time.monotonic()
+                    try:
+                        client.execute_cell(cell, index)
+                    except DeadKernelError:
+                        dead_at = index
+                        session.dead = True
+                    if time.monotonic() - tick >= cell_timeout:
+                        timed_out.add(index)
+                    cells.append((index, cell))
+                cursor = stop + 1 if grade_id in submitted else stop
+                max_points = float(meta.get("points", 0))
+                verdict = _tampered(check, submitted.get(grade_id, (None, None))[1])
+                status_hint = ("tampered", verdict) if verdict else _cells_status(cells, timed_out, dead_at, stop, cell_timeout)
+                if status_hint is None:
+                    status_hint = _run_check(check.source, preamble, session)
+                    if status_hint[0] == "error" and _earlier_error(cells):
+                        status_hint = _earlier_error(cells)
+                status, hint = status_hint
+                report.exercises.append(ExerciseResult(
+                    name=exercise_name(grade_id), grade_id=grade_id, points=max_points if status == "passed" else 0.0,
+                    max_points=max_points, status=status, hint=hint))
+                if status != "passed":
+                    ename = {"not attempted": "NotAttempted", "failed": "CheckFailed", "tampered": "Tampered",
+                             "timed out": "Timeout"}.get(status, "Error")
+                    report.cell_errors.append({"cell": stop, "ename": ename, "evalue": hint[:300], "check": grade_id})
+            for index in range(cursor, len(nb.cells)):  # what follows the last exercise still runs
+                cell = nb.cells[index]
+                if cell.cell_type == "code" and dead_at is None and nbgrader_meta(cell).get("grade_id") not in graded_ids:
+                    try:
+                        client.execute_cell(cell, index)
+                    except DeadKernelError:
+                        dead_at = index
     except NoSuchKernel:
         raise KernelStartError(f"no Jupyter kernel named {kernel_name!r}; install ipykernel in this environment.") from None
     except RuntimeError as exc:
         if dead_at is None and "kernel" in str(exc).lower():
             raise KernelStartError(f"the kernel could not start: {_one_line(str(exc))[:200]}") from None
         raise
-
-    report = GradeReport(notebook=str(path), cell_timeout=cell_timeout, seconds=time.monotonic() - started)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    report.seconds = time.monotonic() - started
     for index, cell in enumerate(nb.cells):
         error = _error_of(cell) if cell.cell_type == "code" else None
         if error is not None:
             report.cell_errors.append({"cell": index, "ename": error[0], "evalue": _one_line(error[1])[:300]})
-    previous = -1
-    for index in graded:
-        cells = [(i, nb.cells[i]) for i in range(previous + 1, index + 1) if nb.cells[i].cell_type == "code"]
-        meta = nbgrader_meta(nb.cells[index])
-        max_points = float(meta.get("points", 0))
-        status, hint = _classify(cells, index, timed_out, dead_at, cell_timeout)
-        report.exercises.append(
-            ExerciseResult(
-                name=exercise_name(meta.get("grade_id", f"cell{index}")),
-                grade_id=meta.get("grade_id", f"cell{index}"),
-                points=max_points if status == "passed" else 0.0,
-                max_points=max_points,
-                status=status,
-                hint=hint,
-            )
-        )
-        previous = index
     return report
 
 

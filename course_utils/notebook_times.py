@@ -8,10 +8,7 @@ and under 3 GB per notebook on a 2-core CPU) is visible in review.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import json
-import os
-import platform
 import re
 import subprocess
 import time
@@ -20,6 +17,7 @@ from pathlib import Path
 import nbformat
 
 from .assignments import ROOT
+from .provenance import machine_info
 
 _PEAK_CELL = (
     "import resource as _r, sys as _s\n"
@@ -56,40 +54,6 @@ def time_notebook(path: Path, *, cell_timeout: float = 600) -> dict:
         "seconds": round(seconds, 1),
         "peak_rss_mb": round(float(match.group(1)) / 1024, 0) if match else None,
         "unexpected_errors": errors,
-    }
-
-
-def _cpu_model() -> str:
-    """The CPU's model name (Linux: /proc/cpuinfo), else what platform knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def machine_info() -> dict:
-    import numpy
-    import torch
-
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
-    return {
-        "machine": platform.machine(),
-        "cpu": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": numpy.__version__,
-        "torch": torch.__version__,
-        "triton": triton_version,
-        "cuda_available": torch.cuda.is_available(),
-        "date": _dt.date.today().isoformat(),
     }
 
 

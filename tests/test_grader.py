@@ -9,9 +9,24 @@ import pytest
 
 from conftest import ROOT, toy_problem_set
 from course_utils.assignments import make_exercise
-from course_utils.grader import GradingInputError, grade_notebook
+from course_utils.grader import GradingInputError
+from course_utils.grader import grade_notebook as _grade_notebook
 
 pytestmark = pytest.mark.slow
+
+
+PRISTINE = {}
+
+
+def grade_notebook(path, **kwargs):
+    """Grade a toy submission against the pristine toy solution (written next to it)."""
+    if "pristine" not in kwargs:
+        pristine = path.parent / "pristine_toy.ipynb"
+        if not pristine.exists():
+            import nbformat
+            nbformat.write(toy_problem_set(), pristine)
+        kwargs["pristine"] = pristine
+    return _grade_notebook(path, **kwargs)
 
 
 def statuses(report):
@@ -89,13 +104,14 @@ def run_cli(*args):
 
 
 def test_cli_exit_codes_table_and_json(write_notebook, tmp_path):
-    full = run_cli("grade", str(write_notebook(toy_problem_set(), "full.ipynb")), "--json", str(tmp_path / "out.json"))
+    pristine = str(write_notebook(toy_problem_set(), "pristine.ipynb"))
+    full = run_cli("grade", str(write_notebook(toy_problem_set(), "full.ipynb")), "--pristine", pristine, "--json", str(tmp_path / "out.json"))
     assert full.returncode == 0, full.stderr
     assert "total" in full.stdout and "5/5" in full.stdout
     data = json.loads((tmp_path / "out.json").read_text())
     assert data["total"] == 5 and [e["status"] for e in data["exercises"]] == ["passed", "passed"]
 
-    partial = run_cli("grade", str(write_notebook(toy_problem_set(double_body="return x * x"), "partial.ipynb")))
+    partial = run_cli("grade", str(write_notebook(toy_problem_set(double_body="return x * x"), "partial.ipynb")), "--pristine", pristine)
     assert partial.returncode == 1 and "failed" in partial.stdout and "3/5" in partial.stdout
 
     (tmp_path / "bad.ipynb").write_text("{")

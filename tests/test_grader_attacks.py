@@ -1,0 +1,126 @@
+"""The grader against a learner who tries to game it: every attack scores zero for the attacked exercise.
+
+Attacks on the toy problem set of conftest.py (two exercises, double and triple) and on a real problem
+set (00). Each attack pairs a *wrong* answer with a trick that would make an in-kernel check pass it.
+"""
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from conftest import ROOT, toy_problem_set
+from course_utils.assignments import make_exercise
+from course_utils.grader import grade_notebook
+
+pytestmark = pytest.mark.slow
+WRONG_DOUBLE = "return x * x"
+
+
+def grade(write_notebook, nb, **kwargs):
+    pristine = write_notebook(toy_problem_set(), "pristine.ipynb")
+    return grade_notebook(write_notebook(nb, "submission.ipynb"), pristine=pristine, cell_timeout=30, **kwargs)
+
+
+def status(report, name):
+    return next((e.status, e.points, e.hint) for e in report.exercises if e.name == name)
+
+
+def with_prelude(prelude: str, double_body: str = WRONG_DOUBLE):
+    """A submission whose first answer cell runs ``prelude`` before a wrong ``double``."""
+    nb = toy_problem_set(double_body=double_body)
+    nb.cells[3].source = prelude + "\n" + nb.cells[3].source
+    return nb
+
+
+def test_graded_cells_replaced_by_pass_are_tampered(write_notebook):
+    nb = make_exercise(toy_problem_set())
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            cell.source = "pass"
+    report = grade(write_notebook, nb)
+    assert [(e.status, e.points) for e in report.exercises] == [("tampered", 0.0), ("tampered", 0.0)]
+    assert "changed" in report.exercises[0].hint
+
+
+def test_a_deleted_graded_cell_is_tampered_and_the_next_exercise_still_grades(write_notebook):
+    nb = toy_problem_set()
+    del nb.cells[4]
+    report = grade(write_notebook, nb)
+    assert status(report, "ex1_double")[:2] == ("tampered", 0.0) and "deleted" in status(report, "ex1_double")[2]
+    assert status(report, "ex2_triple")[:2] == ("passed", 3.0)
+
+
+def test_a_graded_cell_moved_to_another_grade_id_is_tampered(write_notebook):
+    nb = toy_problem_set(double_body=WRONG_DOUBLE)
+    nb.cells[4].metadata["nbgrader"]["grade_id"] = "something_else"
+    assert status(grade(write_notebook, nb), "ex1_double")[:2] == ("tampered", 0.0)
+
+
+@pytest.mark.parametrize("prelude", [
+    # the course's check functions made into no-ops
+    "import course_utils, course_utils.checks as c\nc.check_function = lambda *a, **k: None\ncourse_utils.check_function = c.check_function",
+    # the comparison functions made to agree with anything
+    "import numpy as np, torch\nnp.allclose = lambda *a, **k: True\nnp.array_equal = lambda *a, **k: True\ntorch.allclose = lambda *a, **k: True",
+    # the exceptions: every failure becomes an exception nobody reports
+    "import builtins, course_utils.checks as c\nbuiltins.AssertionError = type('Quiet', (Exception,), {})\nc.CheckFailed = KeyboardInterrupt",
+    # IPython's traceback display and custom exception handler (a known notebook-grader exploit)
+    "ip = get_ipython()\nip.showtraceback = lambda *a, **k: None\nip.set_custom_exc((BaseException,), lambda *a, **k: None)",
+    # sys.excepthook and the display hook
+    "import sys\nsys.excepthook = lambda *a: None\nsys.displayhook = lambda *a: None",
+])
+def test_patching_the_learners_kernel_cannot_pass_a_wrong_answer(write_notebook, prelude):
+    report = grade(write_notebook, with_prelude(prelude))
+    assert status(report, "ex1_double")[:2] == ("failed", 0.0), status(report, "ex1_double")
+    assert status(report, "ex2_triple")[:2] == ("passed", 3.0)
+
+
+def test_an_object_that_equals_everything_does_not_pass(write_notebook):
+    body = ("class Anything:\n    def __eq__(self, other): return True\n    def __array__(self, *a, **k): return 2 * x\n"
+            "return Anything()")
+    report = grade(write_notebook, toy_problem_set(double_body=body))
+    assert status(report, "ex1_double")[:2] == ("failed", 0.0)
+
+
+def test_an_ndarray_subclass_that_lies_travels_as_plain_data(write_notebook):
+    body = ("import numpy as np\nclass Liar(np.ndarray):\n    def __eq__(self, other): return np.ones(np.shape(other), bool)\n"
+            "return (x * x).view(Liar)")
+    assert status(grade(write_notebook, toy_problem_set(double_body=body)), "ex1_double")[:2] == ("failed", 0.0)
+
+
+def test_a_hard_coded_answer_fails_on_fresh_inputs(write_notebook):
+    import numpy as np
+    table = {tuple(np.round(x, 12)): tuple(2 * x) for x in [np.random.default_rng([0, t]).standard_normal(4) for t in range(3)]}
+    body = f"import numpy as np\nreturn np.array({table!r}[tuple(np.round(x, 12))])"
+    got = status(grade(write_notebook, toy_problem_set(double_body=body)), "ex1_double")
+    assert got[:2] == ("failed", 0.0) and "KeyError" in got[2]          # the inputs of seed 0 never come back
+
+
+def test_redefining_the_check_name_in_the_kernel_changes_nothing(write_notebook):
+    nb = with_prelude("def check_function(*a, **k):\n    return None\nMistake = None")
+    assert status(grade(write_notebook, nb), "ex1_double")[:2] == ("failed", 0.0)
+
+
+def test_right_answers_written_differently_pass(write_notebook):
+    nb = toy_problem_set(double_body="y = x + 0\ny = y + x\nreturn y", triple_body="return x + x + x")
+    report = grade(write_notebook, nb)
+    assert [e.status for e in report.exercises] == ["passed", "passed"]
+
+
+def test_real_problem_set_with_check_cells_emptied_and_checks_patched_scores_zero(tmp_path):
+    """Problem set 00, its exercises left as stubs that return wrong answers, every trick at once."""
+    nb = make_exercise(nbformat.read(ROOT / "solutions" / "00_foundations.ipynb", as_version=4))
+    first_solution = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution"))
+    nb.cells[first_solution].source = (
+        "import course_utils.checks as _c, numpy as _np\n_c.check_function = lambda *a, **k: None\n"
+        "_np.allclose = lambda *a, **k: True\nget_ipython().showtraceback = lambda *a, **k: None\n" + nb.cells[first_solution].source)
+    graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    graded[0].source = "pass"
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = cell.source.replace('raise NotImplementedError("Exercise not attempted yet: replace this line with your code.")', "return None")
+    path = tmp_path / "00_foundations.ipynb"
+    nbformat.write(nb, path)
+    report = grade_notebook(path, cell_timeout=60)
+    assert report.total == 0
+    assert report.exercises[0].status == "tampered"
+    assert {e.status for e in report.exercises[1:]} == {"failed"}
