@@ -341,3 +341,32 @@ def test_check_roofline():
     fails_on_every_seed(GG.check_roofline, lambda m, n, k, s, p, bw: min(p, 2 * m * n * k / ((m * k + k * n) * s) * bw), "C must be written")
     forbidden(GG.check_roofline, lambda *a: GM.roofline_bound(*a)[0], "roofline_bound")
     fails_on_every_seed(GG.check_roofline, lambda *a: 1.0e12, "roofline bound")
+
+
+# ================================================================ through the grader (remote proxies)
+def test_named_mistakes_survive_the_grader(tmp_path):
+    """Graded by `python -m course_utils grade`: the pristine checks run in the grading process and call the
+    learner's launchers through remote proxies; the hints must still name the mistakes."""
+    import nbformat
+
+    from conftest import ROOT
+    from course_utils.grader import grade_notebook
+
+    nb = nbformat.read(ROOT / "solutions" / "05_gemm_triton.ipynb", as_version=4)
+    edits = {
+        "ex2_linear_kernel": [("(kk[None, :] < K)", "(offs_k[None, :] < K)"), ("(kk[:, None] < K)", "(offs_k[:, None] < K)")],
+        "ex5_bias_leaky": [("tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)", "tl.load(bias_ptr + offs_m, mask=offs_m < M, other=0.0)"),
+                           ("bias[None, :]", "bias[:, None]")],
+        "ex6_roofline": [("    flops = 2 * m * n * k", "    return GM.roofline_bound(m, n, k, itemsize, peak_flops, bandwidth)[0]\n    flops = 2 * m * n * k")],
+    }
+    for cell in nb.cells:
+        for old, new in edits.get(cell.metadata.get("nbgrader", {}).get("grade_id"), []):
+            assert old in cell.source
+            cell.source = cell.source.replace(old, new)
+    path = tmp_path / "05_gemm_triton.ipynb"
+    nbformat.write(nb, path)
+    results = {e.name: e for e in grade_notebook(path, pristine=ROOT / "solutions" / "05_gemm_triton.ipynb").exercises}
+    assert results["ex1_grouped_n"].status == "passed"
+    assert results["ex2_linear_kernel"].status == "failed" and "(k0 + offs_k) < K" in results["ex2_linear_kernel"].hint
+    assert results["ex5_bias_leaky"].status == "failed" and "wrong axis" in results["ex5_bias_leaky"].hint
+    assert results["ex6_roofline"].status == "failed" and "roofline_bound" in results["ex6_roofline"].hint
