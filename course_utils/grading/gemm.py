@@ -49,13 +49,17 @@ def _grouped_inputs():
 
 def _grouped_problem(rng, trial):
     kind = (2, 0, 2, 1)[trial % 4]
-    num_pid_m, num_pid_n, group_n = int(rng.integers(2, 9)), int(rng.integers(3, 12)), int(rng.integers(2, 5))
-    if kind == 0:
-        num_pid_m = 1
-    elif kind == 1:
-        group_n = num_pid_n + int(rng.integers(0, 3))       # one band holds every column
-    elif num_pid_n % group_n == 0:
-        num_pid_n += 1                                      # the last band is narrower
+    group_n = int(rng.integers(2, 5))
+    if kind == 2:    # several bands, the last narrower; more tile rows than group_n and a grid that is not square
+        num_pid_m = int(rng.integers(group_n + 1, 10))
+        num_pid_n = int(rng.integers(group_n + 1, 12))
+        num_pid_n += int(num_pid_n % group_n == 0)
+        num_pid_n += int(num_pid_n == num_pid_m) * (1 + int((num_pid_n + 1) % group_n == 0))
+    elif kind == 0:  # one tile row
+        num_pid_m, num_pid_n = 1, int(rng.integers(3, 12))
+    else:            # one band holds every column
+        num_pid_m, num_pid_n = int(rng.integers(2, 9)), int(rng.integers(2, 6))
+        group_n = num_pid_n + int(rng.integers(0, 3))
     pid = rng.permutation(num_pid_m * num_pid_n)            # program ids in any order, element-wise
     return pid, num_pid_m, num_pid_n, group_n
 
@@ -90,11 +94,17 @@ def _reference_smem_address(row, chunk, rows: int, mode: int):
     return smem_layout_addresses(rows, 128, mode)[row, chunk]
 
 
-def _smem_inputs(rng):
-    rows = 8 * int(rng.integers(1, 17))                         # 8 to 128 rows
-    r, c = np.meshgrid(np.arange(rows), np.arange(8), indexing="ij")
-    keep = rng.permutation(r.size)[: int(rng.integers(8, r.size + 1))]   # a shuffled subset of the chunks
-    return r.ravel()[keep], c.ravel()[keep], rows, int(rng.choice([32, 64, 128]))
+def _smem_inputs():
+    """Tiles of 8 to 128 rows, a shuffled subset of their chunks; the modes 32, 64, 128 in turn (128 is a
+    single atom column, where atom mistakes cannot show)."""
+    calls = itertools.count()
+
+    def make(rng):
+        rows = 8 * int(rng.integers(2, 17))                         # 16 to 128 rows
+        r, c = np.meshgrid(np.arange(rows), np.arange(8), indexing="ij")
+        keep = rng.permutation(r.size)[: int(rng.integers(16, r.size + 1))]   # a shuffled subset of the chunks
+        return r.ravel()[keep], c.ravel()[keep], rows, (32, 64, 128)[next(calls) % 3]
+    return make
 
 
 def check_smem_address(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
@@ -107,7 +117,7 @@ def check_smem_address(fn: Callable, *, trials: int = 4, seed: int | None = None
         return swizzle((c // (mode // 16)) * 8 * mode + r * mode + (c % (mode // 16)) * 16, mode)
 
     check_function(
-        fn, _reference_smem_address, _smem_inputs, name="swizzled shared-memory address", trials=trials, seed=seed, quiet=quiet,
+        fn, _reference_smem_address, _smem_inputs(), name="swizzled shared-memory address", trials=trials, seed=seed, quiet=quiet,
         forbidden=("course_utils.gemm_models.smem_layout_addresses", "course_utils.grading.gemm._reference_smem_address"),
         mistakes=[
             Mistake("no swizzle", "the atoms are right but the swizzle is missing: apply eq. (5) to the final address.", no_swizzle),
@@ -125,15 +135,17 @@ def check_smem_address(fn: Callable, *, trials: int = 4, seed: int | None = None
 # ================================================================ ex. 4: bank-conflict passes
 def _passes_inputs():
     """One 128-byte request at a random base and stride; every other trial half the threads repeat the
-    others' addresses (a broadcast), so that a missing broadcast and other mistakes are told apart."""
+    others' addresses (a broadcast), so that a missing broadcast and other mistakes are told apart; the
+    trials without one use small odd or even strides, where 4-byte banks and byte-wide banks differ."""
     calls = itertools.count()
 
     def make(rng):
         access = int(rng.choice([4, 8, 16]))
         threads = 128 // access                       # one 128-byte request: 32, 16 or 8 threads
-        stride = access * int(rng.choice([1, 2, 3, 4, 8, 9, 16, 32]))
+        broadcast = next(calls) % 2 == 1
+        stride = access * int(rng.choice([1, 2, 3, 4, 8, 9, 16, 32] if broadcast else [1, 2, 3, 5, 9]))
         lanes = np.arange(threads)
-        if next(calls) % 2 == 1:
+        if broadcast:
             lanes[threads // 2:] = lanes[:threads // 2]
         return (int(rng.integers(0, 64)) * access + stride * rng.permutation(lanes)).astype(np.int64), access
     return make
@@ -155,8 +167,6 @@ def check_passes(fn: Callable, *, trials: int = 6, seed: int | None = None, quie
                     lambda a, acc: int(np.bincount(words(a, acc) % 32, minlength=32).max())),
             Mistake("bytes", "banks are 4 bytes wide: bank = (byte_address // 4) % 32.",
                     lambda a, acc: int(np.bincount(np.unique((np.asarray(a)[:, None] + 4 * np.arange(acc // 4)).ravel()) % 32, minlength=32).max())),
-            Mistake("one word per access", "an access of access_bytes covers access_bytes // 4 consecutive words, not only the first.",
-                    lambda a, acc: int(np.bincount(np.unique(np.asarray(a) // 4) % 32, minlength=32).max())),
         ],
     )
 
@@ -164,14 +174,15 @@ def check_passes(fn: Callable, *, trials: int = 6, seed: int | None = None, quie
 # ================================================================ ex. 6: the roofline bound
 def _roofline_inputs():
     """From a decode step (M = 1) to a large square GEMM, on a made-up accelerator (continuous values):
-    every third trial compute-bound, the others memory-bound."""
+    trials 1 and 2 memory-bound, trial 3 compute-bound, and so on."""
     calls = itertools.count()
 
     def make(rng):
         peak, bandwidth = float(rng.uniform(1e15, 3e15)), float(rng.uniform(5e11, 4e12))
-        if next(calls) % 3 == 0:
+        if next(calls) % 3 == 2:     # every third trial compute-bound (its memory roof 1.5x to 4x above the peak)
             m = n = k = int(rng.integers(4096, 16385))
-            return m, n, k, int(rng.choice([1, 2, 4])), peak, bandwidth
+            s = int(rng.choice([1, 2, 4]))
+            return m, n, k, s, peak, peak / gemm_intensity(m, n, k, s) * float(rng.uniform(1.5, 4.0))
         m, n, k = int(rng.integers(1, 49)), int(rng.integers(512, 8193)), int(rng.integers(512, 8193))
         return m, n, k, int(rng.choice([2, 4])), peak, bandwidth
     return make
