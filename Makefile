@@ -16,12 +16,13 @@ NB     ?=
 DIR    ?=
 PYTEST_ARGS ?=
 
-.PHONY: help install lab test test-fast lint exercises check-exercises grade grade-class times doctor clean
+.PHONY: help install lab test test-fast test-portable lint exercises check-exercises grade grade-class times doctor clean
 
 help:
 	@echo "make lab              start JupyterLab on notebooks/ (installs into $(VENV) first if needed)"
 	@echo "make test             lint, then the whole test suite (unit tests, nbval, assignment pipeline, grader attacks)"
 	@echo "make test-fast        the test suite without the slow tests (no notebook execution)"
+	@echo "make test-portable    nbval under emulated CPUs (no SIMD, AVX2), 1 and 2 threads, and without Triton (about 10 min)"
 	@echo "make lint             ruff on the package, tests, benchmarks, lessons and solutions"
 	@echo "make exercises        regenerate exercises/ from solutions/"
 	@echo "make check-exercises  fail when exercises/ differs from what solutions/ generates"
@@ -48,6 +49,9 @@ lab: $(STAMP)
 
 test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-portable: $(STAMP)
+	$(PY) -m course_utils.portable --no-triton
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -389,6 +389,8 @@ def call_learner(name: str, fn: Callable, args: Sequence[Any] = (), kwargs: dict
     except CheckFailed:
         raise
     except Exception as exc:  # the learner's code crashed: report it in one line
+        if getattr(exc, "fatal", False):  # the grader's time limit or a dead kernel: not the learner's answer
+            raise
         kind = getattr(exc, "type_name", type(exc).__name__)
         message = getattr(exc, "message", None) or (str(exc).splitlines()[0] if str(exc) else "")
         if kind in ("NotImplementedError", "NotAttempted"):

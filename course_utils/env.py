@@ -39,6 +39,20 @@ class Env:
     versions: dict = field(default_factory=dict)  # package -> version string
 
     @property
+    def has_triton(self) -> bool:
+        """False where the triton package is not installed (macOS, Windows, Arm Linux)."""
+        return self.triton_mode != "missing"
+
+    def needs_triton(self, what: str):
+        """``with env.needs_triton("the Triton rung"):`` runs the block, or prints one notice without Triton.
+
+        Without Triton, a kernel defined through :func:`import_triton` ``(stub=True)`` raises
+        :class:`TritonUnavailable` when launched or compiled; this context manager turns that into one line
+        saying what is skipped and how to get it, so the rest of the notebook runs.
+        """
+        return _NeedsTriton(what)
+
+    @property
     def device(self):
         """The torch device for this tier (``cuda`` for both GPU tiers)."""
         import torch
@@ -106,8 +120,84 @@ def _configure_triton(tier: str) -> str:
     return "interpreted" if os.environ.get("TRITON_INTERPRET") == "1" else "compiled"
 
 
-def import_triton():
+class TritonUnavailable(RuntimeError):
+    """Triton is not installed here; raised when a stand-in kernel is launched or compiled."""
+
+
+TRITON_MISSING = ("Triton is not installed on this machine (it installs only on Linux x86-64): {what} is skipped. "
+                  "To run it, use the course's container (README, 'Run it in a container') or a Linux x86-64 machine.")
+
+
+class _NeedsTriton:
+    def __init__(self, what: str):
+        self.what = what
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, etype, value, tb):
+        if etype is not None and issubclass(etype, TritonUnavailable):
+            print("⚠️ " + TRITON_MISSING.format(what=self.what))
+            return True
+        return False
+
+
+class _StubKernel:
+    """What ``@triton.jit`` gives without Triton: defined fine, raises :class:`TritonUnavailable` when used."""
+
+    def __init__(self, fn=None, **kwargs):
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "kernel")
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def __call__(self, *args, **kwargs):
+        if self.fn is None and len(args) == 1 and callable(args[0]) and not kwargs:  # @triton.jit(...) with options
+            return _StubKernel(args[0])
+        raise TritonUnavailable(TRITON_MISSING.format(what=f"the kernel {self.__name__}"))
+
+    def __getitem__(self, grid):
+        return self
+
+
+class _StubModule:
+    """A stand-in for ``triton`` and ``triton.language``: any attribute is another stand-in, usable in annotations."""
+
+    def __init__(self, name: str):
+        self.__name__ = name
+
+    def jit(self, fn=None, **kwargs):
+        return _StubKernel(fn) if fn is not None else (lambda f: _StubKernel(f))
+
+    def autotune(self, *args, **kwargs):
+        return lambda kernel: kernel
+
+    def heuristics(self, *args, **kwargs):
+        return lambda kernel: kernel
+
+    def cdiv(self, a, b):
+        return -(-a // b)
+
+    def next_power_of_2(self, n):
+        return 1 << (int(n) - 1).bit_length()
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _StubModule(f"{self.__name__}.{name}")
+
+    def __call__(self, *args, **kwargs):
+        raise TritonUnavailable(TRITON_MISSING.format(what=self.__name__))
+
+    def __repr__(self):
+        return f"<{self.__name__}: Triton is not installed>"
+
+
+def import_triton(*, stub: bool = False):
     """Import Triton for a module that defines kernels: ``(triton, triton.language)``, or ``(None, None)``.
+
+    With ``stub=True`` (lessons and problem sets) a machine without Triton gets stand-ins instead of
+    None: kernel cells still define their kernels, and launching one raises :class:`TritonUnavailable`,
+    which ``with env.needs_triton(...)`` turns into a one-line notice.
 
     Triton decides between its interpreter and its compiler when it is imported, so on the CPU tier
     this switches to the interpreter first, exactly as :func:`setup` does, unless something already
@@ -121,6 +211,9 @@ def import_triton():
         import triton
         import triton.language as tl
     except ImportError:
+        if stub:
+            triton = _StubModule("triton")
+            return triton, triton.language
         return None, None
     return triton, tl
 

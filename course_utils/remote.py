@@ -57,9 +57,13 @@ class RemoteNotImplemented(RemoteError, NotImplementedError):
 class RemoteTimeout(RemoteError):
     """The learner's code ran past the time limit and the kernel was interrupted."""
 
+    fatal = True  # checks.call_learner lets it through: the exercise is "timed out", not "failed"
+
 
 class RemoteDead(RemoteError):
     """The kernel died (a crash, ``os._exit``, out of memory)."""
+
+    fatal = True
 
 
 def remote_error(type_name: str, message: str) -> RemoteError:

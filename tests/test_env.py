@@ -68,3 +68,27 @@ def test_import_triton_chooses_the_interpreter_on_the_cpu_tier():
     env["TRITON_INTERPRET"] = "0"  # an explicit choice wins
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert out.split()[0] == "0"
+
+
+def test_without_triton_kernels_still_define_and_a_launch_becomes_one_notice(monkeypatch, capsys):
+    import sys
+
+    from course_utils import env as env_mod
+
+    monkeypatch.setitem(sys.modules, "triton", None)            # `import triton` now raises ImportError
+    monkeypatch.setitem(sys.modules, "triton.language", None)
+    triton, tl = env_mod.import_triton(stub=True)
+
+    @triton.jit
+    def kernel(x_ptr, n, BLOCK: tl.constexpr):
+        pass
+
+    env = env_mod.Env(tier="cpu", seed=0, triton_mode="missing", device_name="cpu")
+    assert not env.has_triton
+    with env.needs_triton("the Triton rung"):
+        kernel[(triton.cdiv(10, 4),)](None, 10, BLOCK=4)
+        raise AssertionError("not reached")
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "Triton is not installed" in out and "the kernel kernel" not in out
+    assert "the Triton rung is skipped" in out
+    assert env_mod.import_triton() == (None, None)
