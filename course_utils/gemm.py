@@ -31,10 +31,11 @@ from .gemm_kernels import (
     matmul_persistent_kernel,
 )
 
-triton, tl = import_triton()
+triton, tl = import_triton(stub=True)   # stand-ins where Triton is not installed: a launch says so
+HAS_TRITON = import_triton()[0] is not None
 
 __all__ = [
-    "Config", "CPU_CONFIG", "GPU_CONFIG", "TIER", "interpreted",
+    "Config", "CPU_CONFIG", "GPU_CONFIG", "TIER", "HAS_TRITON", "interpreted",
     "matmul_tiled", "matmul_persistent", "matmul_descriptor", "matmul_descriptor_persistent", "matmul_warp_specialized",
     "set_descriptor_allocator", "warp_specialize_available", "wgmma_in_ptx", "VARIANTS",
 ]
@@ -175,7 +176,7 @@ def matmul_descriptor_persistent(a: torch.Tensor, b: torch.Tensor, cfg: Config |
 
 def warp_specialize_available() -> tuple[bool, str]:
     """Whether ``tl.range(..., warp_specialize=True)`` can be used here, and why not."""
-    if triton is None:
+    if not HAS_TRITON:
         return False, "triton is not installed"
     if "warp_specialize" not in inspect.signature(tl.range.__init__).parameters:
         return False, f"triton {triton.__version__} has no tl.range(..., warp_specialize=...)"

@@ -79,3 +79,12 @@ def test_gpu_benchmark_dry_run_checks_every_variant():
         assert f"{name:<21} ok" in out.stdout, out.stdout
     assert "GPU timing needs a CUDA device" in out.stdout
     assert "FAILED" not in out.stdout
+
+
+def test_the_modules_import_without_triton_and_a_launch_says_why_not():
+    code = ("import torch\nfrom course_utils import gemm as G, gemm_models, gemm_kernels\nfrom course_utils.grading import gemm\n"
+            "from course_utils.env import TritonUnavailable\nassert not G.HAS_TRITON and G.warp_specialize_available()[0] is False\n"
+            "try:\n    G.matmul_tiled(torch.randn(4, 4), torch.randn(4, 4))\nexcept TritonUnavailable:\n    print('notice')\n")
+    path = os.pathsep.join([str(ROOT / "tests" / "no_triton"), str(ROOT)])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": path})
+    assert out.returncode == 0 and "notice" in out.stdout, out.stderr[-2000:]

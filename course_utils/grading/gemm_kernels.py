@@ -30,7 +30,7 @@ C_FILL = -777.0   # what out and the memory around it hold before the launch: un
 FILL = 1.0e3      # what the memory around x, w and bias holds: a read past an edge adds a loud value
 PAD = 128         # padding after every row and column; every side drawn is at most PAD, so even a
 #                   kernel with swapped strides stays inside the buffers
-BLOCKS = [(32, 16, 16), (16, 32, 16), (16, 64, 32), (64, 16, 16), (32, 32, 16), (16, 32, 32)]  # (BLOCK_M, BLOCK_N, BLOCK_K)
+BLOCKS = [(32, 16, 16), (16, 32, 16), (16, 64, 32), (64, 16, 16), (32, 32, 16), (16, 32, 32)]  # (BLOCK_M, BLOCK_N, BLOCK_K); 4 not square first
 FORBIDDEN_MATMUL = (
     "torch.matmul", "torch.mm", "torch.bmm", "torch.addmm", "torch.einsum", "torch.tensordot",
     "torch.nn.functional.linear", "torch.Tensor.__matmul__", "torch.Tensor.matmul", "torch.Tensor.mm",
@@ -53,9 +53,12 @@ def _draw_problem(rng, trial: int):
     """``(m, n, k, (block_m, block_n, block_k))``; the plan cycles with the trial so that any 3 trials see 3 kinds."""
     bm, bn, bk = BLOCKS[int(rng.integers(len(BLOCKS)))]
     plan = trial % 4
-    if plan == 0:    # ragged, K > BLOCK_K with a short last step, M != N
-        m, n = int(rng.integers(17, 80)), int(rng.integers(17, 80))
-        n += int(m == n)
+    if plan == 0:    # ragged, K > BLOCK_K with a short last step, M != N, and a grid with its axes swapped misses tiles
+        bm, bn, bk = BLOCKS[int(rng.integers(4))]                     # tiles that are not square
+        for _ in range(50):
+            m, n = int(rng.integers(17, 80)), int(rng.integers(17, 80))
+            if m != n and (_cdiv(n, bn) * bm < m or _cdiv(m, bm) * bn < n):
+                break
         k = int(rng.integers(1, 4)) * bk + int(rng.integers(1, bk))
     elif plan == 1:  # an edge of size 1
         m, n, k = int(rng.integers(2, 60)), int(rng.integers(2, 60)), int(rng.integers(bk + 1, 3 * bk))
