@@ -126,7 +126,8 @@ def _variants(x_buf, x, w_buf, w, blocks, epilogue: Callable) -> list[tuple[str,
         ("the grid does not match the kernel (axes swapped, or tiles counted with other block sizes): program_id(0) runs "
          "along M, so grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n)) with the block sizes passed in.",
          _covered(m, n, _cdiv(n, bn) * bm, _cdiv(m, bm) * bn, ref), "triton_interpreter"),
-        ("the store mask is on the wrong axes: rows (offs_m) compare with M and columns (offs_n) with N.",
+        ("the store mask is on the wrong axes: rows (offs_m) compare with M and columns (offs_n) with N "
+         "(if it is right, the grid misses tiles: grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))).",
          _covered(m, n, n, m, ref), "triton_interpreter"),
         (acc.format("fp16"), epilogue(_low_precision_linear(x, w, bk, torch.float16)), "float16"),
         (acc.format("bf16"), epilogue(_low_precision_linear(x, w, bk, torch.bfloat16)), "bfloat16"),
@@ -191,6 +192,8 @@ def _trials(name, fn, trials, seed, epilogue, make_extra, forbidden, describe):
             continue
         for hint, wrong, kind in _variants(x_buf, x, w_buf, w, blocks, ep) + describe(x, w, k, blocks, *(v for _, v in extra)):
             r, a = _tolerance(kind, k)
+            if kind == "triton_interpreter":  # loud values read past an edge cancel: judge at their scale
+                a = max(a, r * float(wrong.abs().max()))
             if torch.allclose(got, wrong, rtol=r, atol=a):
                 raise CheckFailed(f"{name}: {hint}{where}")
         if (got == C_FILL).any():
