@@ -157,8 +157,11 @@ def _flatten(x: Any) -> list[Any]:
     return [x]
 
 
-def _close(got: Any, want: Any, rtol: float, atol: float) -> bool:
-    """True when ``got`` has ``want``'s structure and shape and agrees within the tolerance."""
+def _close(got: Any, want: Any, rtol: float, atol: float, *, equal_nan: bool = False) -> bool:
+    """True when ``got`` has ``want``'s structure and shape and agrees within the tolerance.
+
+    ``equal_nan`` (used when matching named mistakes) lets NaN and inf in the same places agree, so
+    a mistake that overflows (a softmax without its max subtraction) can still be recognised."""
     got_items, want_items = _flatten(got), _flatten(want)
     if len(got_items) != len(want_items):
         return False
@@ -172,7 +175,7 @@ def _close(got: Any, want: Any, rtol: float, atol: float) -> bool:
         if g_np.shape != w_np.shape:
             return False
         try:
-            if not np.allclose(g_np.astype(np.float64), w_np.astype(np.float64), rtol=rtol, atol=atol, equal_nan=False):
+            if not np.allclose(g_np.astype(np.float64), w_np.astype(np.float64), rtol=rtol, atol=atol, equal_nan=equal_nan):
                 return False
         except (TypeError, ValueError):
             if not np.array_equal(g_np, w_np):
@@ -502,7 +505,7 @@ def check_function(
                 wrong = mistake.fn(*_copy_inputs(args), **kwargs)
             except Exception:  # a variant that cannot run on these inputs simply does not match
                 continue
-            if _close(got, wrong, r, a):
+            if _close(got, wrong, r, a, equal_nan=True):
                 raise CheckFailed(f"{name}: {mistake.hint}")
         if problem is not None:
             raise problem

@@ -228,7 +228,7 @@ def compile_for(kernel: Any, *, arch: int, signature: dict[str, str], constexprs
                                   options={"num_warps": num_warps, "num_stages": num_stages, **options})
     except Exception as exc:  # triton's compile errors are long MLIR dumps: keep their first line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CompileError(f"{kernel.__name__} for sm_{arch}: {first[:300]}") from None
+        raise CompileError(f"{kernel.__name__} for sm_{arch}: {first[:300]}") from exc
     finally:
         for name, value in undo:
             kernel.fn.__globals__[name] = value
