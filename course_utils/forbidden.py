@@ -6,6 +6,7 @@ Used by :func:`course_utils.checks.call_learner` (``forbidden=...``) in the lear
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from typing import Any, Iterable
 
@@ -54,7 +55,9 @@ class _ForbiddenGuard:
         for dotted in self.names:
             obj = _resolve(dotted)
             self._torch_funcs[id(obj)] = dotted
-            code = getattr(obj, "__code__", None) or getattr(getattr(obj, "__func__", None), "__code__", None)
+            plain = inspect.unwrap(obj) if callable(obj) else obj  # decorated functions share their wrapper's code
+            code = (getattr(plain, "__code__", None) or getattr(getattr(plain, "__func__", None), "__code__", None)
+                    or getattr(getattr(plain, "_implementation", None), "__code__", None))  # NumPy's dispatched functions
             if code is not None:  # torch's own Python functions too: some (torch.nn.grad.*) skip the function mode
                 self._codes[code] = dotted
             else:

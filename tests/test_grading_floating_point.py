@@ -248,7 +248,6 @@ NUMPY_SHORTCUTS = [
 ]
 
 
-@pytest.mark.xfail(reason="checks._ForbiddenGuard does not see NumPy's dispatched functions yet", strict=False)
 @pytest.mark.parametrize("check, shortcut, name", NUMPY_SHORTCUTS, ids=[n for _, _, n in NUMPY_SHORTCUTS])
 def test_check_rejects_numpy_shortcuts(check, shortcut, name):
     forbidden(check, shortcut, name)

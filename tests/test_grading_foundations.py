@@ -243,7 +243,6 @@ def test_checks_draw_fresh_inputs_and_name_the_seed():
     assert fails(gf.check_pairwise_sq_dists, lambda X, Y: pairwise_ok(X, Y) + 1.0, "", seed=seed) == message
 
 
-@pytest.mark.xfail(reason="checks._ForbiddenGuard does not see NumPy's dispatched functions yet", strict=False)
 def test_check_strided_windows_rejects_sliding_window_view():
     def by_numpy(x, w, s):
         return np.lib.stride_tricks.sliding_window_view(x, w, axis=-1)[:, ::s, :]
