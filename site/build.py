@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,14 +132,32 @@ def _link_bar(page: str, topic: Topic, repo: str, branch: str) -> str:
     return f'<div class="course-links">{anchors}</div>'
 
 
-def _open_details(source: str) -> str:
-    """Blank lines around a <details> block's body, so that Markdown (and math) inside it is rendered.
+def _math_html(content: str, config: dict) -> str:
+    tex = html.escape(content)
+    return f"\\[{tex}\\]" if config.get("display_mode") else f"\\({tex}\\)"
 
-    Jupyter renders Markdown inside `<details><summary>..</summary>text</details>`; CommonMark (MyST) keeps
-    an HTML block raw up to the next blank line.
+
+def _render_details(source: str) -> str:
+    """Each `<details><summary>..</summary> Markdown </details>` as one line of HTML, its Markdown and math rendered.
+
+    Jupyter renders Markdown inside a <details> block; CommonMark (MyST) keeps an HTML block raw up to the
+    next blank line, and splitting the block there would move a list's answers out of their <details>.
     """
-    source = re.sub(r"</summary>[ \t]*\n?", "</summary>\n\n", source)
-    return re.sub(r"\n?[ \t]*</details>[ \t]*\n?", "\n\n</details>\n\n", source)
+    from markdown_it import MarkdownIt
+    from mdit_py_plugins.dollarmath import dollarmath_plugin
+
+    md = MarkdownIt("commonmark").enable("table").use(dollarmath_plugin, renderer=_math_html)
+
+    def one(m: re.Match) -> str:
+        summary = md.renderInline(m.group(1).strip())
+        body = md.render(textwrap.dedent(m.group(2)).strip())
+        if "<pre" not in body:
+            body = " ".join(line.strip() for line in body.splitlines() if line.strip())
+        else:
+            body = "\n".join(line for line in body.splitlines() if line.strip())
+        return f"<details><summary>{summary}</summary>{body}</details>"
+
+    return re.sub(r"<details>\s*<summary>(.*?)</summary>(.*?)</details>", one, source, flags=re.S)
 
 
 def stage_notebook(src: Path, dest: Path, bar: str) -> None:
@@ -146,7 +165,7 @@ def stage_notebook(src: Path, dest: Path, bar: str) -> None:
     nb = nbformat.read(src, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "markdown" and "<details" in cell.source:
-            cell.source = _open_details(cell.source)
+            cell.source = _render_details(cell.source)
         for output in cell.get("outputs", []):
             if WIDGET_VIEW in output.get("data", {}):
                 output["data"] = {"text/html": WIDGET_NOTE}

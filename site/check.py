@@ -55,6 +55,17 @@ VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link",
 IMAGE_MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"<svg", b"<?xml")
 
 
+def load_build():
+    """site/build.py as a module (loaded by path: `site` and `build` are also names of installed packages)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("course_site_build", SITE / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
 def chromium() -> str | None:
     for name in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser", "google-chrome", "chrome"):
         if name and shutil.which(name):
@@ -116,6 +127,9 @@ def static_problems(out: Path) -> list[str]:
     pages = {p: parse(p.read_text(encoding="utf-8")) for p in sorted(out.rglob("*.html")) if "_static" not in p.parts}
     for path, page in pages.items():
         name = path.relative_to(out).as_posix()
+        text = path.read_text(encoding="utf-8")
+        if re.search(r"<details>\s*<summary>.*?</summary>\s*</details>", text, flags=re.S):
+            problems.append(f"{name}: a <details> block is empty (its answer is rendered outside it)")
         for kind, attr, value in page.links:
             url = urlsplit(value)
             if url.scheme in ("http", "https") or value.startswith("//"):
@@ -311,10 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", nargs="*", help="pages to open (default: the front page and every notebook page)")
     args = parser.parse_args(argv)
     if args.build:
-        sys.path.insert(0, str(SITE))
-        import build
-
-        build.build(args.out)
+        load_build().build(args.out)
     problems = check(args.out, args.screenshots, args.pages)
     for line in problems:
         print(line)
