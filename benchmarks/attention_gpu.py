@@ -4,25 +4,24 @@
     python benchmarks/attention_gpu.py --dry-run       # anywhere: interpreter run at tiny sizes, no timing
 
 On a CUDA device, for head dims 64 and 128, sequence lengths 1k-16k, causal and not, in bf16, it times
-the forward of ``course_utils.attention.flash_attention_triton`` (best of a few block/warp configurations,
+the forward of ``course_utils.attention_triton.flash_attention_triton`` (best of a few block/warp configurations,
 chosen per case by measurement) and ``torch.nn.functional.scaled_dot_product_attention`` (torch picks its
 flash backend where available) with ``triton.testing.do_bench``, and the forward + backward of both for
 sequence lengths up to ``--backward-max-seq`` (the course's backward is tiled torch code, not a kernel,
 so expect it to be slow). Throughput = matmul FLOPs / time: ``4 B H L^2 D`` forward, 2.5x that backward,
-halved when causal (``course_utils.attention.attention_flops``). Batch x heads keep ``B L = 16k`` tokens
+halved when causal (``course_utils.attention_io.attention_flops``). Batch x heads keep ``B L = 16k`` tokens
 and ``H D = 2048``. Results go to ``benchmarks/results/attention_gpu_<gpu>_<date>.json`` with the GPU
 name, driver, torch and triton versions and the date.
 
-Without CUDA (or with ``--dry-run``) it runs the kernel under Triton's interpreter in fp32 at tiny
-sizes, checks it against SDPA (causal and not, ragged lengths), prints that timing needs CUDA, and
-exits 0. Needs only torch and triton (plus this repository's ``course_utils`` on the path).
+On the CPU tier (no CUDA device, or ``COURSE_TIER=cpu``), or with ``--dry-run``, it runs the kernel in
+fp32 at tiny sizes (under Triton's interpreter on the CPU tier, compiled on a GPU), checks it against
+SDPA (causal and not, ragged lengths), prints that timing needs CUDA, and exits 0. Needs only torch and triton (plus this repository's ``course_utils`` on the path).
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -32,13 +31,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-
-if not torch.cuda.is_available():  # the interpreter must be chosen before triton is imported
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 import torch.nn.functional as F  # noqa: E402
 
-from course_utils import attention as at  # noqa: E402
+from course_utils.env import detect_tier  # noqa: E402
+
+TIER = detect_tier()  # "cpu", "cuda" or "sm90"; COURSE_TIER=cpu forces the CPU tier on a GPU machine
+
+# Importing the kernel module switches Triton to its interpreter on the CPU tier before Triton is imported.
+from course_utils import attention_io as aio  # noqa: E402
+from course_utils import attention_triton as att  # noqa: E402
 
 CONFIGS = [  # (block_m, block_n, num_warps, num_stages), tried per case on the GPU
     (128, 64, 4, 3),
@@ -51,19 +52,20 @@ CONFIGS = [  # (block_m, block_n, num_warps, num_stages), tried per case on the 
 def dry_run() -> int:
     """Interpreter check at tiny sizes: the kernel against SDPA in fp32. Returns the number of failures."""
     torch.manual_seed(0)
+    device = "cpu" if TIER == "cpu" else "cuda"
     failures = 0
     for causal in (False, True):
         for b, h, l, d, bm, bn in ((1, 2, 40, 16, 16, 16), (1, 1, 72, 32, 32, 16)):  # 40, 72: not multiples of 32
-            q, k, v = (torch.randn(b, h, l, d) for _ in range(3))
-            out, _ = at.flash_attention_triton(q, k, v, causal=causal, block_m=bm, block_n=bn)
+            q, k, v = (torch.randn(b, h, l, d, device=device) for _ in range(3))
+            out, _ = att.flash_attention_triton(q, k, v, causal=causal, block_m=bm, block_n=bn)
             ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             err = (out - ref).abs().max().item()
             ok = torch.allclose(out, ref, rtol=1e-5, atol=1e-5)
             failures += not ok
             print(f"dry run: causal={causal!s:5} B={b} H={h} L={l} D={d} blocks={bm}x{bn}: "
                   f"max |diff| vs SDPA {err:.1e} -> {'ok' if ok else 'MISMATCH'}")
-    print("timing needs a CUDA GPU: this was a correctness dry run under the Triton interpreter (fp32, tiny "
-          "sizes); no results were written.")
+    mode = "under the Triton interpreter" if TIER == "cpu" else "on the GPU"
+    print(f"timing needs a CUDA GPU: this was a correctness dry run {mode} (fp32, tiny sizes); no results were written.")
     return failures
 
 
@@ -94,16 +96,16 @@ def gpu_sweep(args) -> dict:
                 b, h = max(1, args.tokens // seq), max(1, 2048 // d)
                 q, k, v = (torch.randn(b, h, seq, d, device="cuda", dtype=dtype) for _ in range(3))
                 case = {"head_dim": d, "seq": seq, "causal": causal, "batch": b, "heads": h, "dtype": "bfloat16"}
-                fwd_flops = at.attention_flops(b, h, seq, seq, d, causal)
+                fwd_flops = aio.attention_flops(b, h, seq, seq, d, causal)
                 try:
                     ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                     t_sdpa = _bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
                     best = None
                     for bm, bn, warps, stages in CONFIGS:
                         try:
-                            out, _ = at.flash_attention_triton(q, k, v, causal, None, bm, bn, warps, stages)
+                            out, _ = att.flash_attention_triton(q, k, v, causal, None, bm, bn, warps, stages)
                             err = (out.float() - ref.float()).abs().max().item()
-                            t = _bench(lambda: at.flash_attention_triton(q, k, v, causal, None, bm, bn, warps, stages))
+                            t = _bench(lambda: att.flash_attention_triton(q, k, v, causal, None, bm, bn, warps, stages))
                         except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory for this config
                             case.setdefault("config_errors", []).append(f"{bm}x{bn}/w{warps}/s{stages}: {exc!s:.200}")
                             continue
@@ -115,7 +117,7 @@ def gpu_sweep(args) -> dict:
                         case.update(triton_fwd_s=t, triton_fwd_tflops=fwd_flops / t / 1e12, triton_config=list(cfg),
                                     triton_max_abs_diff=err, fwd_ratio_vs_sdpa=t_sdpa / t)
                     if seq <= args.backward_max_seq:
-                        bwd_flops = at.attention_flops(b, h, seq, seq, d, causal, backward=True)
+                        bwd_flops = aio.attention_flops(b, h, seq, seq, d, causal, backward=True)
                         qg, kg, vg = (t_.detach().requires_grad_() for t_ in (q, k, v))
                         do = torch.randn_like(q)
 
@@ -123,7 +125,7 @@ def gpu_sweep(args) -> dict:
                             F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal).backward(do)
 
                         def ours_fb():
-                            at.flash_attention(qg, kg, vg, causal, None, 128, 64).backward(do)
+                            att.flash_attention(qg, kg, vg, causal, None, 128, 64).backward(do)
 
                         t_s, t_o = _bench(sdpa_fb), _bench(ours_fb)
                         case.update(sdpa_fwd_bwd_s=t_s, ours_fwd_bwd_s=t_o,
@@ -160,7 +162,7 @@ def main(argv=None) -> int:
     parser.add_argument("--backward-max-seq", type=int, default=4096)
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
-    if args.dry_run or not torch.cuda.is_available():
+    if args.dry_run or TIER == "cpu":
         return 1 if dry_run() else 0
     result = gpu_sweep(args)
     name = "".join(c if c.isalnum() else "_" for c in result["gpu"]).strip("_").lower()

@@ -18,17 +18,15 @@ import json
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import torch
+import torch.nn.functional as F
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from course_utils import bench  # noqa: E402
-from course_utils import convolution as cv  # noqa: E402
+from course_utils import bench
+from course_utils import convolution as cv
+from course_utils import convolution_blocking as blk
 
 # name: (N, C_in, H, W), (C_out, KH, stride, padding)
 DEFAULT_SHAPES = [
@@ -46,6 +44,12 @@ def parse_shape(text: str):
     return (n, c, h, w), (c_out, c, k, k), stride, padding
 
 
+def layer_flops(x_shape, w_shape, stride: int, padding: int) -> int:
+    """FLOPs of the layer (lesson 03, eq. 2a), from :func:`course_utils.bench.conv2d_flops`."""
+    oh, ow = (cv.conv_output_size(x_shape[2 + a], w_shape[2 + a], stride, padding) for a in range(2))
+    return bench.conv2d_flops(x_shape[0], x_shape[1], w_shape[0], oh, ow, w_shape[2], w_shape[3])
+
+
 def best_time(fn, repeats: int) -> float:
     return bench.time_cpu(fn, warmup=1, repeats=repeats, max_seconds=5.0).best
 
@@ -57,7 +61,7 @@ def naive_seconds_per_flop(c_in: int, c_out: int, k: int, stride: int, padding: 
     x = rng.standard_normal((1, ci, side, side)).astype(np.float32)
     w = rng.standard_normal((co, ci, k, k)).astype(np.float32)
     t = bench.time_cpu(lambda: cv.conv2d_naive(x, w, stride, padding), warmup=0, repeats=2).best
-    return t / cv.conv2d_flops(x.shape, w.shape, stride, padding), f"1x{ci}x{side}x{side} * {co}x{ci}x{k}x{k}"
+    return t / layer_flops(x.shape, w.shape, stride, padding), f"1x{ci}x{side}x{side} * {co}x{ci}x{k}x{k}"
 
 
 def run_shape(text: str, repeats: int, rng) -> dict:
@@ -65,12 +69,12 @@ def run_shape(text: str, repeats: int, rng) -> dict:
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = rng.standard_normal(w_shape).astype(np.float32)
     xt, wt = torch.from_numpy(x), torch.from_numpy(w)
-    flops = cv.conv2d_flops(x_shape, w_shape, stride, padding)
+    flops = layer_flops(x_shape, w_shape, stride, padding)
     want = F.conv2d(xt, wt, stride=stride, padding=padding).numpy()
     rungs = {
         "2 numpy vectorized": lambda: cv.conv2d_vectorized(x, w, stride, padding),
         "3 numpy im2col + GEMM": lambda: cv.conv2d_im2col(x, w, stride, padding),
-        "4 numpy blocked GEMM": lambda: cv.conv2d_blocked(x, w, stride, padding, **BLOCKS),
+        "4 numpy blocked GEMM": lambda: blk.conv2d_blocked(x, w, stride, padding, **BLOCKS),
         "5 torch F.conv2d": lambda: F.conv2d(xt, wt, stride=stride, padding=padding),
     }
     seconds = {}
@@ -95,7 +99,7 @@ def run_shape(text: str, repeats: int, rng) -> dict:
 
 
 def machine_info(threads: int) -> dict:
-    caches = cv.cache_sizes()
+    caches = blk.cache_sizes()
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -213,6 +213,22 @@ class KernelSession:
             cells.pop()
         return cell
 
+    def resync(self, patience: float = 30.0) -> bool:
+        """After an interrupt, wait until the kernel answers again (True), interrupting once more if needed."""
+        saved = self.client.timeout
+        self.client.timeout = max(patience, self.cell_timeout)
+        try:
+            for _attempt in range(2):
+                tick = time.monotonic()
+                self.run_code("pass")
+                if self.dead:
+                    return False
+                if time.monotonic() - tick < self.client.timeout:
+                    return True
+            return False
+        finally:
+            self.client.timeout = saved
+
     def request(self, request: dict):
         """Send one request (see :mod:`course_utils.remote`) and return ``(reply, arrays)``."""
         import cloudpickle
@@ -232,6 +248,8 @@ class KernelSession:
             raise RemoteDead("DeadKernel", "the kernel died while running your code (a crash or out of memory)")
         if not os.path.exists(base + ".json"):
             if time.monotonic() - tick >= self.cell_timeout:
+                if not self.resync():
+                    self.dead = True
                 raise RemoteTimeout("Timeout", f"your code ran longer than {_num(self.cell_timeout)} s and was interrupted")
             error = _error_of(cell)
             raise remote_error(*(error or ("NoReply", "the kernel did not answer")))
@@ -239,6 +257,9 @@ class KernelSession:
         with np.load(base + ".npz", allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
         if "error" in reply:
+            if reply["error"]["type"] == "KeyboardInterrupt" and time.monotonic() - tick >= self.cell_timeout:
+                self.resync()
+                raise RemoteTimeout("Timeout", f"your code ran longer than {_num(self.cell_timeout)} s and was interrupted")
             raise remote_error(reply["error"]["type"], reply["error"]["message"])
         return reply, arrays
 
@@ -310,7 +331,7 @@ def _cells_status(cells, timed_out: set[int], dead_at: int | None, graded_index:
         if index in timed_out:
             return "timed out", f"cell {index} ran longer than {_num(cell_timeout)} s and was interrupted; look for an endless loop."
     if dead_at is not None and dead_at <= graded_index:
-        return "error", f"the kernel died while running cell {dead_at} (a crash or running out of memory)."
+        return "error", f"the kernel died or stopped answering while running cell {dead_at} (a crash, running out of memory, or a loop that ignores interrupts)."
     return None
 
 
@@ -387,6 +408,8 @@ def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: 
                         session.dead = True
                     if time.monotonic() - tick >= cell_timeout:
                         timed_out.add(index)
+                        if not session.resync():
+                            dead_at, session.dead = index, True
                     cells.append((index, cell))
                 cursor = stop + 1 if grade_id in submitted else stop
                 max_points = float(meta.get("points", 0))

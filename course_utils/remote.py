@@ -57,9 +57,13 @@ class RemoteNotImplemented(RemoteError, NotImplementedError):
 class RemoteTimeout(RemoteError):
     """The learner's code ran past the time limit and the kernel was interrupted."""
 
+    fatal = True  # checks.call_learner lets it through: the exercise is "timed out", not "failed"
+
 
 class RemoteDead(RemoteError):
     """The kernel died (a crash, ``os._exit``, out of memory)."""
+
+    fatal = True
 
 
 def remote_error(type_name: str, message: str) -> RemoteError:
@@ -93,7 +97,8 @@ def encode(obj: Any, arrays: list[np.ndarray], depth: int = 0) -> dict:
         dtype = str(t.dtype).replace("torch.", "")
         data = t.contiguous().view(getattr(torch, _TORCH_VIEWS[dtype])) if dtype in _TORCH_VIEWS else t.contiguous()
         arrays.append(data.numpy())
-        out = {"t": "tensor", "i": len(arrays) - 1, "dtype": dtype, "rg": bool(obj.requires_grad), "device": str(obj.device)}
+        out = {"t": "tensor", "i": len(arrays) - 1, "dtype": dtype, "rg": bool(obj.requires_grad), "device": str(obj.device),
+               "stride": list(t.stride())}
         if obj.grad is not None:
             out["grad"] = encode(obj.grad, arrays, depth + 1)
         return out
@@ -132,6 +137,12 @@ def decode(tree: dict, arrays: dict, session: Any = None) -> Any:
         data = torch.from_numpy(arrays[f"a{tree['i']}"].copy())
         if tree["dtype"] in _TORCH_VIEWS:
             data = data.view(getattr(torch, tree["dtype"]))
+        stride = tree.get("stride")
+        if stride and len(stride) == data.dim() and tuple(stride) != data.stride() and 0 not in stride:
+            # keep the layout the learner returned (a transposed view is not contiguous), for checks that ask
+            laid = torch.empty_strided(data.shape, stride, dtype=data.dtype)
+            if laid.untyped_storage().nbytes() == data.numel() * data.element_size():
+                data = laid.copy_(data)
         if tree["device"].startswith("cuda") and torch.cuda.is_available():
             data = data.to(tree["device"])
         if tree["rg"] and (data.is_floating_point() or data.is_complex()):

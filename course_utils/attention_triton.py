@@ -1,0 +1,229 @@
+r"""Topic 06 (FlashAttention), the Triton rung: the forward kernel, its launcher, and the
+``torch.autograd.Function`` that pairs it with the tiled backward.
+
+Used by:
+
+* ``notebooks/06_flash_attention.ipynb`` -- writes the kernel, its launcher and the autograd wiring by hand
+  (``*_by_hand``) and asserts they agree with the ones here on fresh inputs;
+* ``benchmarks/attention_gpu.py`` -- :func:`flash_attention_triton` against ``scaled_dot_product_attention``.
+
+The kernel is the tiled forward of ``course_utils.attention.flash_attention_forward_numpy`` (eq. 6 of lesson
+06) with one program per block of query rows, exponentials in base 2 and a causal mask applied only to
+the key blocks that straddle the diagonal. On a CPU, Triton runs in its interpreter: compute in fp32 (its
+bf16 is wrong) with GPU-legal block sizes (powers of two >= 16). Importing this module switches to the
+interpreter on the CPU tier first, as ``setup()`` does.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from .attention import _scale, flash_attention_backward_tiles, flash_attention_forward_numpy
+from .env import TRITON_MISSING, TritonUnavailable, import_triton
+
+__all__ = [
+    "attention_tile_step",
+    "flash_attention_fwd_kernel",
+    "flash_attention_triton",
+    "FlashAttentionFunction",
+    "flash_attention",
+    "compile_attention_forward",
+]
+
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e)), the GPU's native exponential
+
+# Triton picks interpreter or compiler when imported: env.import_triton() switches to the
+# interpreter on the CPU tier first, as setup() does.
+triton, tl = import_triton()
+
+if triton is not None:
+
+    @triton.jit
+    def attention_tile_step(q, m_i, l_i, acc, k_base, v_base, start_n, offs_m, offs_n, offs_d, seqlen_k,
+                            stride_kn, stride_vn, scale_log2e,
+                            CAUSAL_TILE: tl.constexpr, DOT_PRECISION: tl.constexpr):
+        # One key block of eq. (6) for a (BLOCK_M, HEAD_DIM) query tile; returns the updated (m, l, acc).
+        cols = start_n + offs_n  # (BLOCK_N,)
+        n_ok = cols < seqlen_k  # ragged last key block
+        kt = tl.load(k_base + cols[None, :] * stride_kn + offs_d[:, None],
+                     mask=n_ok[None, :], other=0.0)  # (HEAD_DIM, BLOCK_N) = K^T tile
+        s = tl.dot(q, kt, input_precision=DOT_PRECISION) * scale_log2e  # (BLOCK_M, BLOCK_N), eq. (1) in log2 units
+        keep = n_ok[None, :]
+        if CAUSAL_TILE:  # only tiles that straddle the diagonal pay for the causal mask
+            keep = keep & (cols[None, :] <= offs_m[:, None])
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))  # eq. (6); finite: key 0 is visible to every row
+        alpha = tl.exp2(m_i - m_new)  # rescales what was accumulated under the old max
+        p = tl.exp2(s - m_new[:, None])  # (BLOCK_M, BLOCK_N)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :],
+                    mask=n_ok[:, None], other=0.0)  # (BLOCK_N, HEAD_DIM)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        return m_new, l_i, acc
+
+    @triton.jit
+    def flash_attention_fwd_kernel(
+        q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
+        stride_qh, stride_qm, stride_kh, stride_kn, stride_vh, stride_vn, stride_oh, stride_om,
+        seqlen_q, seqlen_k, scale_log2e,
+        CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        DOT_PRECISION: tl.constexpr,
+    ):
+        # grid = (cdiv(L_q, BLOCK_M), B*H): one program per block of query rows of one head.
+        start_m = tl.program_id(0)
+        head = tl.program_id(1)
+        offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query rows
+        offs_n = tl.arange(0, BLOCK_N)  # (BLOCK_N,) key columns within a block
+        offs_d = tl.arange(0, HEAD_DIM)  # (HEAD_DIM,)
+        m_ok = offs_m < seqlen_q  # ragged last query block
+        q = tl.load(q_ptr + head * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
+                    mask=m_ok[:, None], other=0.0)  # (BLOCK_M, HEAD_DIM), read once, kept on chip
+        k_base, v_base = k_ptr + head * stride_kh, v_ptr + head * stride_vh
+        m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)  # running max, base-2 units
+        l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)  # running sum
+        acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)  # unnormalised output
+        # Stage 1: key blocks every row of this query block sees in full (all of them without a causal mask).
+        lo = seqlen_k
+        if CAUSAL:
+            lo = (start_m * BLOCK_M) // BLOCK_N * BLOCK_N  # blocks wholly left of the diagonal
+        for start_n in range(0, lo, BLOCK_N):
+            m_i, l_i, acc = attention_tile_step(q, m_i, l_i, acc, k_base, v_base, start_n, offs_m, offs_n, offs_d,
+                                                seqlen_k, stride_kn, stride_vn, scale_log2e, False, DOT_PRECISION)
+        # Stage 2 (causal): the blocks that straddle the diagonal (BLOCK_M / BLOCK_N of them when BLOCK_M >= BLOCK_N),
+        # masked; blocks right of it are never loaded.
+        if CAUSAL:
+            hi = tl.minimum((start_m + 1) * BLOCK_M, seqlen_k)
+            for start_n in range(lo, hi, BLOCK_N):
+                m_i, l_i, acc = attention_tile_step(q, m_i, l_i, acc, k_base, v_base, start_n, offs_m, offs_n,
+                                                    offs_d, seqlen_k, stride_kn, stride_vn, scale_log2e, True,
+                                                    DOT_PRECISION)
+        acc = acc / l_i[:, None]
+        lse = (m_i + tl.log2(l_i)) / 1.4426950408889634  # eq. (8), back to natural log
+        tl.store(lse_ptr + head * seqlen_q + offs_m, lse, mask=m_ok)
+        tl.store(o_ptr + head * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :],
+                 acc.to(o_ptr.dtype.element_ty), mask=m_ok[:, None])
+else:  # pragma: no cover
+    attention_tile_step = flash_attention_fwd_kernel = None
+
+
+def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                           scale: float | None = None, block_m: int = 16, block_n: int = 16,
+                           num_warps: int | None = None, num_stages: int | None = None):
+    """Rung 5: launch :func:`flash_attention_fwd_kernel` on ``(B, H, L, D)`` tensors; returns ``(o, lse)``.
+
+    ``lse`` is fp32 ``(B, H, L_q)``. fp32 inputs use an exact (``ieee``) ``tl.dot``; on a GPU pass bf16/fp16
+    (the interpreter's bf16 is wrong, so use fp32 on a CPU). ``D`` and the blocks are powers of two >= 16.
+    ``num_warps`` / ``num_stages`` are passed to the compiled launch on a GPU (the benchmark tunes them).
+    """
+    if triton is None:  # pragma: no cover - macOS, Windows, Arm Linux; env.needs_triton turns this into a notice
+        raise TritonUnavailable(TRITON_MISSING.format(what="the Triton FlashAttention kernel"))
+    if q.dim() != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"expected q (B, H, Lq, D) and k, v (B, H, Lk, D); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    b, h, lq, d = q.shape
+    lk = k.shape[2]
+    if causal and lq != lk:
+        raise ValueError("causal attention here needs L_q == L_k")
+    for name, n in (("head dim", d), ("block_m", block_m), ("block_n", block_n)):
+        if n < 16 or n & (n - 1):
+            raise ValueError(f"{name}={n}: use a power of two >= 16 (tl.arange and tl.dot need it)")
+    if q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"unsupported dtype {q.dtype}")
+    if q.device.type == "cpu" and q.dtype != torch.float32:
+        raise TypeError("under the interpreter compute in fp32: its bf16/fp16 results are wrong")
+    if max(q.numel(), k.numel()) >= 2 ** 31:
+        raise ValueError("tensors too large for the kernel's int32 offsets")
+    q, k, v = (t.contiguous().view(b * h, t.shape[2], d) for t in (q, k, v))  # (B*H, L, D)
+    o = torch.empty_like(q)
+    lse = torch.empty((b * h, lq), device=q.device, dtype=torch.float32)
+    grid = (triton.cdiv(lq, block_m), b * h)
+    launch = {key: val for key, val in (("num_warps", num_warps), ("num_stages", num_stages)) if val is not None}
+    flash_attention_fwd_kernel[grid](
+        q, k, v, o, lse,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), o.stride(0), o.stride(1),
+        lq, lk, _scale(d, scale) * LOG2E,
+        CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # tf32 is ignored for 16-bit inputs
+        **launch,
+    )
+    return o.view(b, h, lq, d), lse.view(b, h, lq)
+
+
+# ---------------------------------------------------------------- rung 6: autograd wiring
+class FlashAttentionFunction(torch.autograd.Function):
+    """Forward: the Triton kernel (saves only Q, K, V, O and the lse). Backward: the tiled recomputation
+    :func:`flash_attention_backward_tiles` in torch (fp32 accumulation), no Triton backward kernel."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal=False, scale=None, block_m=16, block_n=16):
+        if q.shape[-1] >= 16 and not q.shape[-1] & (q.shape[-1] - 1) and q.dtype != torch.float64:
+            o, lse = flash_attention_triton(q, k, v, causal, scale, block_m, block_n)
+        else:  # float64 (gradcheck) or a head dim the kernel does not take: the same algorithm in torch
+            o, lse = flash_attention_forward_numpy(q, k, v, causal, scale, block_m, block_n)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.config = (causal, scale, block_m, block_n)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        causal, scale, block_m, block_n = ctx.config
+        work = torch.float64 if q.dtype == torch.float64 else torch.float32
+        dq, dk, dv = flash_attention_backward_tiles(*(t.to(work) for t in (q, k, v, o)), lse.to(work), do.to(work),
+                                                    causal, scale, block_m, block_n)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None
+
+
+def flash_attention(q, k, v, causal: bool = False, scale: float | None = None, block_m: int = 16, block_n: int = 16):
+    """Differentiable FlashAttention on ``(B, H, L, D)`` tensors (see :class:`FlashAttentionFunction`)."""
+    return FlashAttentionFunction.apply(q, k, v, causal, scale, block_m, block_n)
+
+
+# ---------------------------------------------------------------- the kernel compiled for a GPU, without one
+_FWD_ARGS = ["q_ptr", "k_ptr", "v_ptr", "o_ptr", "lse_ptr", "stride_qh", "stride_qm", "stride_kh", "stride_kn",
+             "stride_vh", "stride_vn", "stride_oh", "stride_om", "seqlen_q", "seqlen_k", "scale_log2e"]
+
+
+def _compile_here(arch: int, causal: bool = True, head_dim: int = 128, block_m: int = 128, block_n: int = 64,
+                  num_warps: int = 8, num_stages: int = 3, dtype: str = "bf16"):
+    from .gpu_compile import compile_for
+
+    signature = dict(zip(_FWD_ARGS, [f"*{dtype}"] * 4 + ["*fp32"] + ["i32"] * 10 + ["fp32"]))
+    constexprs = {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_M": block_m, "BLOCK_N": block_n,
+                  "DOT_PRECISION": "ieee" if dtype == "fp32" else "tf32"}
+    signature.update(dict.fromkeys(constexprs, "constexpr"))
+    return compile_for(flash_attention_fwd_kernel, arch=arch, signature=signature, constexprs=constexprs,
+                       divisible=_FWD_ARGS[:13], num_warps=num_warps, num_stages=num_stages, sass=False)
+
+
+def compile_attention_forward(configs: list[dict]) -> list:
+    """Compile :func:`flash_attention_fwd_kernel` for GPUs this machine may not have (``course_utils.gpu_compile``).
+
+    Each config holds ``arch`` (80, 90, ...) and optionally ``causal``, ``head_dim``, ``block_m``, ``block_n``,
+    ``num_warps``, ``num_stages`` and ``dtype`` (``"bf16"``); returns one ``gpu_compile.Compiled`` per config
+    (registers, spills, shared memory, ``mma.sync``/``wgmma``...). Under Triton's interpreter (the CPU tier)
+    the compile runs in a fresh process that selects the compiler, since ``compile_for`` cannot compile
+    a kernel that calls a ``@triton.jit`` helper while the interpreter is on.
+    """
+    if triton is None:
+        raise TritonUnavailable(TRITON_MISSING.format(what="compiling the Triton FlashAttention kernel"))
+    from triton import knobs
+
+    if not knobs.runtime.interpret:
+        return [_compile_here(**config) for config in configs]
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1",
+               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    code = ("import pickle, sys\nfrom course_utils.attention_triton import _compile_here\n"
+            "configs = pickle.loads(sys.stdin.buffer.read())\n"
+            "sys.stdout.buffer.write(pickle.dumps([_compile_here(**c) for c in configs]))")
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(list(configs)), capture_output=True,
+                         env=env, timeout=900)
+    if out.returncode != 0:
+        lines = out.stderr.decode(errors="replace").strip().splitlines()
+        raise RuntimeError(f"compiling the attention kernel failed: {lines[-1] if lines else out.returncode}")
+    return pickle.loads(out.stdout)

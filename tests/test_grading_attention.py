@@ -1,0 +1,354 @@
+"""Tests of course_utils.grading.attention: every check of the topic 06 problem set.
+
+For each check: the solution passes, a right answer written differently passes, a stub is "not attempted",
+each named mistake fails with its hint, the production shortcut and the course's own function fail as
+forbidden, and a hard-coded answer (a lookup of one run's outputs) fails on fresh inputs.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import fails_with, stub
+from course_utils import attention as at
+from course_utils import attention_io as aio
+from course_utils.checks import CheckFailed, ForbiddenCall, NotAttempted
+from course_utils.grading import attention as ga
+
+
+def forbidden(check, fn, fragment):
+    with pytest.raises(ForbiddenCall) as info:
+        check(fn)
+    assert fragment in str(info.value), str(info.value)
+
+
+def lookup(check, solution):
+    """A hard-coded answer: whatever the solution returned on one seeded run, replayed by input shape."""
+    table = {}
+
+    def record(*args):
+        out = solution(*args)
+        table[tuple(np.shape(a) if isinstance(a, np.ndarray) else a for a in args)] = out
+        return out
+
+    check(record, seed=123, quiet=True)
+
+    def replay(*args):
+        key = tuple(np.shape(a) if isinstance(a, np.ndarray) else a for a in args)
+        return table.get(key, next(iter(table.values())))
+
+    return replay
+
+
+def assert_hard_coded_fails(check, solution):
+    replay = lookup(check, solution)
+    with pytest.raises(CheckFailed):
+        for seed in range(5):  # a lookup may hit a repeated small input once; five fresh runs cannot all pass
+            check(replay, seed=1000 + seed, quiet=True)
+
+
+# ---------------------------------------------------------------- exercise 1
+def merge_solution(m1, l1, acc1, m2, l2, acc2):
+    m = np.maximum(m1, m2)
+    a1, a2 = np.exp(m1 - m), np.exp(m2 - m)
+    return m, a1 * l1 + a2 * l2, a1[:, None] * acc1 + a2[:, None] * acc2
+
+
+def merge_via_logs(m1, l1, acc1, m2, l2, acc2):  # right, written differently: log-domain weights
+    lse1, lse2 = m1 + np.log(l1), m2 + np.log(l2)
+    m = np.where(m1 > m2, m1, m2)
+    w1, w2 = np.exp(lse1 - m) / l1, np.exp(lse2 - m) / l2
+    return m, w1 * l1 + w2 * l2, w1[:, None] * acc1 + w2[:, None] * acc2
+
+
+def test_merge_softmax_states():
+    check = ga.check_merge_softmax_states
+    check(merge_solution, quiet=True)
+    check(merge_via_logs, trials=12, quiet=True)
+    with pytest.raises(NotAttempted):
+        check(stub)
+    fails_with(check, lambda m1, l1, a1, m2, l2, a2: (np.maximum(m1, m2),) + merge_solution(m1, l1, a1, m2, l2, a2)[1:2]
+               + (a1 + a2,), "forgot to rescale the accumulator")
+    fails_with(check, lambda m1, l1, a1, m2, l2, a2: (np.maximum(m1, m2), l1 + l2, a1 + a2), "without rescaling")
+    fails_with(check, lambda *s: (lambda m, l, a: (m, l, a / l[:, None]))(*merge_solution(*s)), "unnormalised")
+
+    def inverted(m1, l1, a1, m2, l2, a2):
+        m = np.maximum(m1, m2)
+        b1, b2 = np.exp(m - m1), np.exp(m - m2)
+        return m, b1 * l1 + b2 * l2, b1[:, None] * a1 + b2[:, None] * a2
+
+    fails_with(check, inverted, "inverted")
+    fails_with(check, lambda m1, l1, a1, m2, l2, a2: (np.minimum(m1, m2),) + merge_solution(m1, l1, a1, m2, l2, a2)[1:],
+               "not the smaller")
+    forbidden(check, lambda *s: at.merge_states(*s), "course_utils.attention.merge_states")
+    assert_hard_coded_fails(check, merge_solution)
+
+
+# ---------------------------------------------------------------- exercise 2
+def causal_solution(q, k, v):
+    n, d = q.shape
+    s = q @ k.T / math.sqrt(d)
+    s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True) @ v
+
+
+def causal_loops(q, k, v):  # right, written differently: one row at a time, finite fill
+    out = np.zeros_like(v)
+    for i in range(q.shape[0]):
+        s = (k[:i + 1] @ q[i]) * np.float32(1 / math.sqrt(q.shape[1]))
+        w = np.exp(s - s.max())
+        out[i] = (w / w.sum()) @ v[:i + 1]
+    return out
+
+
+def causal(q, k, v, *, diag=0, scale=True, axis=-1, fill=-np.inf, shift="row"):
+    s = q @ k.T / np.float32(math.sqrt(q.shape[1]) if scale else 1.0)
+    s = np.where(np.tril(np.ones(s.shape, bool), k=diag), s, np.float32(fill))
+    with np.errstate(all="ignore"):  # NaN rows, overflowing exp: as a learner's would
+        e = np.exp(s - {"row": s.max(axis, keepdims=True), "global": s.max(), "none": 0}[shift])
+        return e / e.sum(axis, keepdims=True) @ v
+
+
+def test_causal_attention():
+    check = ga.check_causal_attention
+    check(causal_solution, quiet=True)
+    check(causal_loops, trials=9, quiet=True)
+    with pytest.raises(NotAttempted):
+        check(stub)
+    fails_with(check, lambda q, k, v: causal(q, k, v, shift="none"), "Subtract each row's max")
+    fails_with(check, lambda q, k, v: causal(q, k, v, shift="global"), "one max for the whole matrix")
+    fails_with(check, lambda q, k, v: causal(q, k, v, diag=-1), "off by one")  # NaN in row 0
+    fails_with(check, lambda q, k, v: causal(q, k, v, diag=-1, fill=-1e9), "off by one")
+    fails_with(check, lambda q, k, v: causal(q, k, v, diag=1), "off by one")
+    fails_with(check, lambda q, k, v: causal(q, k, v, scale=False), "missing 1/sqrt(d)")
+    fails_with(check, lambda q, k, v: causal(q, k, v, axis=0), "wrong axis")
+    fails_with(check, lambda q, k, v: causal(q, k, v, diag=q.shape[0]), "no causal mask")
+    fails_with(check, lambda q, k, v: causal(q, k, v, diag=q.shape[0], scale=False), "two things are missing")
+    fails_with(check, lambda q, k, v: causal_solution(q, k, v).astype(np.float64), "dtype")
+
+    def sdpa(q, k, v):
+        return F.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (q, k, v)), is_causal=True).numpy()
+
+    def torch_softmax(q, k, v):
+        s = torch.from_numpy(q @ k.T / math.sqrt(q.shape[1])).masked_fill(~torch.ones(len(q), len(q)).tril().bool(), -math.inf)
+        return (torch.softmax(s, -1) @ torch.from_numpy(v)).numpy()
+
+    forbidden(check, sdpa, "scaled_dot_product_attention")
+    forbidden(check, torch_softmax, "softmax")
+    forbidden(check, lambda q, k, v: at.attention_naive(q, k, v, causal=True), "course_utils.attention.attention_naive")
+    assert_hard_coded_fails(check, causal_solution)
+
+
+def test_causal_attention_inputs_overflow_without_the_max():
+    seen = []
+    ga.check_causal_attention(lambda q, k, v: seen.append((q, k)) or causal_solution(q, k, v), trials=6, quiet=True)
+    assert sorted({len(q) for q, _ in seen} & {1, 2}) == [1, 2]  # lengths 1 and 2 are drawn
+    for q, k in seen:
+        assert q.dtype == np.float32 and (q @ k.T / math.sqrt(q.shape[1])).max() > ga.FP32_EXP_OVERFLOW
+
+
+# ---------------------------------------------------------------- exercise 3
+def blocks_solution(seqlen, block_m, block_n):
+    total = 0
+    for i in range(-(-seqlen // block_m)):
+        total += (min((i + 1) * block_m, seqlen) - 1) // block_n + 1
+    return total
+
+
+def blocks_closed_form(seqlen, block_m, block_n):  # right, written differently: brute force over tiles
+    return sum(1 for i in range(0, seqlen, block_m) for j in range(0, seqlen, block_n) if j <= min(i + block_m, seqlen) - 1)
+
+
+def test_causal_blocks_visited():
+    check = ga.check_causal_blocks_visited
+    check(blocks_solution, quiet=True)
+    check(blocks_closed_form, trials=12, quiet=True)
+    with pytest.raises(NotAttempted):
+        check(stub)
+    cd = lambda a, b: -(-a // b)  # noqa: E731
+    fails_with(check, lambda L, bm, bn: cd(L, bm) * cd(L, bn), "counted every tile")
+    fails_with(check, lambda L, bm, bn: sum(cd(i * bm, bn) for i in range(cd(L, bm))), "off by one")
+    fails_with(check, lambda L, bm, bn: sum(min((i + 1) * bm, L) // bn for i in range(cd(L, bm))), "ceil(")
+    fails_with(check, lambda L, bm, bn: sum(cd((i + 1) * bm, bn) for i in range(cd(L, bm))), "clamp")
+    fails_with(check, lambda L, bm, bn: sum(cd(min((i + 1) * bm, L), bn) for i in range(L // bm)), "off by one")
+    fails_with(check, lambda L, bm, bn: blocks_solution(L, bn, bm), "swapped")
+    fails_with(check, lambda L, bm, bn: cd(L, bm) * cd(L, bn) // 2, "exactly half")
+    fails_with(check, lambda L, bm, bn: float(blocks_solution(L, bm, bn)) + 0.5, "")
+    forbidden(check, aio.causal_blocks_visited, "causal_blocks_visited")
+    assert_hard_coded_fails(check, blocks_solution)
+
+
+def test_blocks_visited_draws_edge_lengths():
+    seen = []
+    ga.check_causal_blocks_visited(lambda L, bm, bn: seen.append((L, bm, bn)) or blocks_solution(L, bm, bn), quiet=True)
+    assert any(L <= 2 for L, _, _ in seen)
+    assert any(L % bm == 1 or L % bn == 1 for L, bm, bn in seen if L > 2)  # one past a block edge
+    assert any(L % bm == 0 and L % bn == 0 for L, bm, bn in seen)
+
+
+# ---------------------------------------------------------------- exercise 4
+def forward_solution(q, k, v, block_n):
+    tau = 1 / math.sqrt(q.shape[1])
+    m, l, acc = np.full(q.shape[0], -np.inf), np.zeros(q.shape[0]), np.zeros_like(q)
+    for j in range(0, k.shape[0], block_n):
+        s = tau * q @ k[j:j + block_n].T
+        m_new = np.maximum(m, s.max(-1))
+        alpha, p = np.exp(m - m_new), np.exp(s - m_new[:, None])
+        l, acc, m = alpha * l + p.sum(-1), alpha[:, None] * acc + p @ v[j:j + block_n], m_new
+    return acc / l[:, None], m + np.log(l)
+
+
+def forward_by_merging(q, k, v, block_n):  # right, written differently: merge per-block states, base-2 inside
+    tau = 1 / math.sqrt(q.shape[1])
+    state = None
+    for j in range(0, k.shape[0], block_n):
+        s2 = tau * math.log2(math.e) * (q @ k[j:j + block_n].T)  # base-2 scores
+        m = s2.max(-1)
+        e = np.exp2(s2 - m[:, None])
+        new = (m, e.sum(-1), e @ v[j:j + block_n])
+        if state is None:
+            state = new
+        else:
+            mm = np.maximum(state[0], m)
+            a, b = np.exp2(state[0] - mm), np.exp2(m - mm)
+            state = (mm, a * state[1] + b * new[1], a[:, None] * state[2] + b[:, None] * new[2])
+    m, l, acc = state
+    return acc / l[:, None], (m + np.log2(l)) * math.log(2)
+
+
+def forward(q, k, v, block_n, *, rescale=True, lse="running", scale=True, running_max=True):
+    tau = 1 / math.sqrt(q.shape[1]) if scale else 1.0
+    m, l, acc = np.full(q.shape[0], -np.inf), np.zeros(q.shape[0]), np.zeros_like(q)
+    with np.errstate(all="ignore"):
+        for j in range(0, k.shape[0], block_n):
+            s = tau * q @ k[j:j + block_n].T
+            m_new = np.maximum(m, s.max(-1)) if running_max else np.zeros(q.shape[0])
+            alpha, p = np.exp(m - m_new) if running_max else 1.0, np.exp(s - m_new[:, None])
+            l = alpha * l + p.sum(-1)
+            acc = (alpha[:, None] if rescale and running_max else 1.0) * acc + p @ v[j:j + block_n]
+            m = m_new
+            last = s.max(-1) + np.log(np.exp(s - s.max(-1)[:, None]).sum(-1))
+        out = {"running": m + np.log(l), "last": last, "nomax": np.log(l), "max": m}[lse]
+        return acc / l[:, None], out
+
+
+def test_flash_forward_lse():
+    check = ga.check_flash_forward_lse
+    check(forward_solution, quiet=True)
+    check(forward_by_merging, trials=10, quiet=True)
+    with pytest.raises(NotAttempted):
+        check(stub)
+    fails_with(check, lambda *a: forward(*a, running_max=False), "exp overflowed")
+    fails_with(check, lambda *a: forward(*a, rescale=False), "rescale the accumulator")
+    fails_with(check, lambda *a: forward(*a, lse="last"), "wrong block")
+    fails_with(check, lambda *a: forward(*a, lse="nomax"), "misses the max")
+    fails_with(check, lambda *a: forward(*a, scale=False), "missing 1/sqrt(d)")
+    fails_with(check, lambda *a: forward(*a, lse="max"), "not the running max m alone")
+    fails_with(check, lambda *a: forward(*a, rescale=False, lse="last"), "two slips")
+    forbidden(check, lambda q, k, v, b: at.flash_attention_forward_numpy(q[None], k[None], v[None], block_n=b)[0][0],
+              "flash_attention_forward_numpy")
+
+    def sdpa_and_logsumexp(q, k, v, b):
+        qt, kt, vt = (torch.from_numpy(x) for x in (q, k, v))
+        return (F.scaled_dot_product_attention(qt, kt, vt).numpy(),
+                torch.logsumexp(qt @ kt.T / math.sqrt(q.shape[1]), -1).numpy())
+
+    forbidden(check, sdpa_and_logsumexp, "scaled_dot_product_attention")
+    assert_hard_coded_fails(check, forward_solution)
+
+
+# ---------------------------------------------------------------- exercise 5
+def backward_solution(q, k, v, o, lse, do, block):
+    tau = 1 / math.sqrt(q.shape[1])
+    delta = (do * o).sum(-1)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for j in range(0, k.shape[0], block):
+        for i in range(0, q.shape[0], block):
+            p = np.exp(tau * q[i:i + block] @ k[j:j + block].T - lse[i:i + block, None])
+            dv[j:j + block] += p.T @ do[i:i + block]
+            ds = p * (do[i:i + block] @ v[j:j + block].T - delta[i:i + block, None])
+            dq[i:i + block] += tau * ds @ k[j:j + block]
+            dk[j:j + block] += tau * ds.T @ q[i:i + block]
+    return dq, dk, dv
+
+
+def backward_query_outer(q, k, v, o, lse, do, block, *, delta=True, tau_grad=True, tau_p=True, pt=True):
+    """Right (with defaults), written differently: query blocks outside, key blocks inside."""
+    tau = 1 / math.sqrt(q.shape[1])
+    dlt = (do * o).sum(-1) if delta else np.zeros(q.shape[0])
+    g = tau if tau_grad else 1.0
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    for i in range(0, q.shape[0], block):
+        for j in range(0, k.shape[0], block):
+            p = np.exp((tau if tau_p else 1.0) * q[i:i + block] @ k[j:j + block].T - lse[i:i + block, None])
+            if pt:
+                dv[j:j + block] += p.T @ do[i:i + block]
+            else:
+                dv[i:i + block] += p @ do[j:j + block]
+            ds = p * (do[i:i + block] @ v[j:j + block].T - dlt[i:i + block, None])
+            dq[i:i + block] += g * ds @ k[j:j + block]
+            dk[j:j + block] += g * ds.T @ q[i:i + block]
+    return dq, dk, dv
+
+
+def test_flash_backward_tiles():
+    check = ga.check_flash_backward_tiles
+    check(backward_solution, quiet=True)
+    check(backward_query_outer, trials=8, quiet=True)
+    with pytest.raises(NotAttempted):
+        check(stub)
+    fails_with(check, lambda *a: backward_query_outer(*a, delta=False), "delta")
+    fails_with(check, lambda *a: backward_query_outer(*a, tau_grad=False), "dQ and dK")
+    fails_with(check, lambda *a: backward_query_outer(*a, tau_p=False), "recomputing P")
+    fails_with(check, lambda *a: backward_query_outer(*a, pt=False), "not P dO")
+    fails_with(check, lambda *a: backward_query_outer(*a, delta=False, tau_grad=False), "two slips")
+    forbidden(check, lambda q, k, v, o, lse, do, b: at.attention_backward_naive(q, k, v, do), "attention_backward_naive")
+    forbidden(check, lambda q, k, v, o, lse, do, b: at.flash_attention_backward_tiles(q, k, v, o, lse, do),
+              "flash_attention_backward_tiles")
+    assert_hard_coded_fails(check, backward_solution)
+
+
+# ---------------------------------------------------------------- exercise 6
+def sliding_solution(q, k, v, window):
+    n, d = q.shape
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    s = np.where((j <= i) & (j > i - window), q @ k.T / math.sqrt(d), -np.inf)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True) @ v
+
+
+def sliding_rows(q, k, v, window):  # right, written differently: a loop over rows and their windows
+    out = np.zeros_like(v)
+    for i in range(q.shape[0]):
+        lo = max(0, i - window + 1)
+        s = k[lo:i + 1] @ q[i] / math.sqrt(q.shape[1])
+        w = np.exp(s - s.max())
+        out[i] = w @ v[lo:i + 1] / w.sum()
+    return out
+
+
+def sliding(q, k, v, w, lo=0, causal=True, scale=True):
+    i, j = np.arange(q.shape[0])[:, None], np.arange(q.shape[0])[None, :]
+    keep = ((j <= i) if causal else True) & (j > i - w - lo)
+    s = np.where(keep, q @ k.T / (math.sqrt(q.shape[1]) if scale else 1.0), -np.inf)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True) @ v
+
+
+def test_sliding_window_attention():
+    check = ga.check_sliding_window_attention
+    check(sliding_solution, quiet=True)
+    check(sliding_rows, trials=8, quiet=True)
+    with pytest.raises(NotAttempted):
+        check(stub)
+    fails_with(check, lambda q, k, v, w: sliding(q, k, v, w, lo=1), "window + 1")
+    fails_with(check, lambda q, k, v, w: sliding(q, k, v, w, lo=-1), "window - 1")
+    fails_with(check, lambda q, k, v, w: sliding(q, k, v, w, scale=False), "missing 1/sqrt(d)")
+    fails_with(check, lambda q, k, v, w: sliding(q, k, v, q.shape[0] + 1), "plain causal")
+    forbidden(check, lambda q, k, v, w: at.softmax_safe(sliding(q, k, v, w)), "course_utils.attention.softmax_safe")
+    assert_hard_coded_fails(check, sliding_solution)

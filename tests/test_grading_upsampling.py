@@ -1,0 +1,343 @@
+"""Tests of course_utils.grading.upsampling: each check of solutions/04_upsampling.ipynb passes the solution and a
+right answer written differently, says "not attempted" for a stub, names each plausible mistake, fails a forbidden
+shortcut as forbidden, and fails a hard-coded answer on fresh inputs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import fails_with, stub  # noqa: E402
+from course_utils import upsampling as up
+from course_utils.checks import CheckFailed, ForbiddenCall, NotAttempted
+from course_utils.grading import upsampling as grading
+from course_utils.grading import upsampling_transposed as transposed
+
+SEEDS = range(4)
+
+
+def passes(check, fn, seeds=SEEDS, **kwargs):
+    for seed in seeds:
+        check(fn, seed=seed, quiet=True, **kwargs)
+    check(fn, quiet=True)  # fresh inputs
+
+
+def named(check, fn, fragment):
+    for seed in SEEDS:
+        fails_with(lambda f: check(f, seed=seed, quiet=True), fn, fragment)
+
+
+def forbidden(check, fn, fragment):
+    with pytest.raises(ForbiddenCall) as info:
+        check(fn, seed=0, quiet=True)
+    assert fragment in str(info.value), str(info.value)
+
+
+def hard_coded(check, solution):
+    """Record the solution's first answer on seed 0's inputs and return it for everything: fresh inputs catch it."""
+    table = []
+
+    def recorder(*args):
+        out = solution(*args)
+        table.append(out)
+        return out
+
+    check(recorder, seed=0, quiet=True)
+    with pytest.raises(CheckFailed) as info:
+        check(lambda *args: table[0], seed=1, quiet=True)
+    assert not isinstance(info.value, NotAttempted)
+
+
+# ---------------------------------------------------------------- exercise 1: interpolation matrix
+def _positions(m, n, ac):  # eq. (1), written here: the course's up.source_positions is forbidden in the exercise
+    i = np.arange(m, dtype=np.float64)
+    if ac:
+        return i * (n - 1) / (m - 1) if m > 1 else np.zeros(1)
+    return np.maximum((i + 0.5) * n / m - 0.5, 0.0)
+
+
+def _no_clamp(n, m, ac):
+    u = _positions(m, n, True) if ac else (np.arange(m) + 0.5) * n / m - 0.5
+    lo = np.minimum(np.floor(u).astype(np.int64), n - 1)
+    hi = np.minimum(lo + 1, n - 1)
+    a = np.zeros((m, n))
+    np.add.at(a, (np.arange(m), lo), 1 - (u - lo))
+    np.add.at(a, (np.arange(m), hi), u - lo)
+    return a
+
+
+def _interpolation_matrix(n, m, ac):
+    i = np.arange(m, dtype=np.float64)
+    u = (i * (n - 1) / (m - 1) if m > 1 else np.zeros(1)) if ac else np.maximum((i + 0.5) * n / m - 0.5, 0.0)
+    lo = np.minimum(np.floor(u).astype(np.int64), n - 1)
+    hi = np.minimum(lo + 1, n - 1)
+    a = np.zeros((m, n))
+    np.add.at(a, (np.arange(m), lo), 1 - (u - lo))
+    np.add.at(a, (np.arange(m), hi), u - lo)
+    return a
+
+
+def _interpolation_matrix_loops(n, m, ac):  # right, written as loops with a hat function
+    a = np.zeros((m, n))
+    for i in range(m):
+        u = (i * (n - 1) / (m - 1) if m > 1 else 0.0) if ac else max((i + 0.5) * n / m - 0.5, 0.0)
+        u = min(u, n - 1)
+        for j in range(n):
+            a[i, j] = max(0.0, 1.0 - abs(u - j))
+    return a
+
+
+def test_check_interpolation_matrix():
+    check = grading.check_interpolation_matrix
+    passes(check, _interpolation_matrix, trials=10)
+    passes(check, _interpolation_matrix_loops)
+    with pytest.raises(NotAttempted):
+        check(stub)
+    named(check, lambda n, m, ac: _interpolation_matrix(n, m, not ac), "other align_corners rule")
+    named(check, lambda n, m, ac: grading._interp_from_positions(
+        _positions(m, n, True) if ac else np.arange(m) * n / m, n, m), "half-pixel offset")
+    named(check, _no_clamp, "clamped to 0")
+    named(check, lambda n, m, ac: grading._swapped_weights(_positions(m, n, ac), n, m), "weights are swapped")
+    named(check, lambda n, m, ac: _interpolation_matrix(n, m, ac).T, "shape")
+    named(check, lambda n, m, ac: np.eye(n)[np.minimum(np.arange(m) * n // m, n - 1)], "nearest-neighbour")
+
+    def no_single_pixel_case(n, m, ac):  # divides by m - 1 even when the output has one pixel
+        if ac and m == 1:
+            raise ZeroDivisionError("division by zero")
+        return _interpolation_matrix(n, m, ac)
+
+    with pytest.raises(CheckFailed, match="ZeroDivisionError"):
+        check(no_single_pixel_case, seed=0, trials=10, quiet=True)
+
+    def by_interpolate(n, m, ac):
+        return F.interpolate(torch.eye(n, dtype=torch.float64)[None], size=m, mode="linear",
+                             align_corners=ac)[0].T.numpy()
+
+    forbidden(check, by_interpolate, "interpolate")
+    forbidden(check, lambda n, m, ac: grading._interp_from_positions(up.source_positions(m, n, ac), n, m),
+              "course_utils.upsampling.source_positions")
+    hard_coded(check, _interpolation_matrix)
+
+
+# ---------------------------------------------------------------- exercise 2: output padding
+def _output_padding(n, k, s, p, d):
+    return (n + 2 * p - d * (k - 1) - 1) % s
+
+
+def test_output_padding_for_restores_the_size_through_torch():
+    for n in range(9, 20):
+        for k, s, p, d in [(3, 2, 1, 1), (4, 3, 1, 2), (5, 2, 2, 1)]:
+            x, w = torch.randn(1, 1, n, n), torch.randn(1, 1, k, k)
+            y = F.conv2d(x, w, stride=s, padding=p, dilation=d)
+            back = F.conv_transpose2d(y, w, stride=s, padding=p, output_padding=_output_padding(n, k, s, p, d), dilation=d)
+            assert back.shape[-1] == n
+
+
+def test_check_output_padding_for():
+    check = grading.check_output_padding_for
+    passes(check, _output_padding, trials=16)
+    passes(check, lambda n, k, s, p, d: n - up.conv_transpose_output_size((n + 2 * p - d * (k - 1) - 1) // s + 1,
+                                                                          k, s, p, 0, d))  # via eq. (6)
+    with pytest.raises(NotAttempted):
+        check(stub)
+    named(check, lambda n, k, s, p, d: 0, "ignores the rows")
+    named(check, lambda n, k, s, p, d: s - 1, "largest allowed")
+    named(check, lambda n, k, s, p, d: (n + 2 * p - (k - 1) - 1) % s, "dilation")
+    named(check, lambda n, k, s, p, d: (n - d * (k - 1) - 1) % s, "n + 2p")
+    named(check, lambda n, k, s, p, d: -1, "expected")
+
+    def measured(n, k, s, p, d):
+        y = F.conv2d(torch.zeros(1, 1, n, n), torch.zeros(1, 1, k, k), stride=s, padding=p, dilation=d)
+        return n - F.conv_transpose2d(y, torch.zeros(1, 1, k, k), stride=s, padding=p, dilation=d).shape[-1]
+
+    forbidden(check, measured, "conv")
+    hard_coded(check, _output_padding)
+
+
+# ---------------------------------------------------------------- exercise 3: zero insertion
+def _zero_insertion(x, w, stride, padding, output_padding):
+    k = w.shape[-1]
+    n, c, h, wd = x.shape
+    z = x.new_zeros(n, c, (h - 1) * stride + 1, (wd - 1) * stride + 1)
+    z[:, :, ::stride, ::stride] = x
+    q = k - 1 - padding
+    z = F.pad(z, (q, q + output_padding, q, q + output_padding))
+    return F.conv2d(z, w.transpose(0, 1).flip(-1, -2))
+
+
+def _zero_insertion_dilated(x, w, stride, padding, output_padding):  # right: conv2d's own padding, then crop
+    k = w.shape[-1]
+    n, c, h, wd = x.shape
+    z = torch.zeros(n, c, (h - 1) * stride + 1 + output_padding, (wd - 1) * stride + 1 + output_padding, dtype=x.dtype)
+    z[:, :, :(h - 1) * stride + 1:stride, :(wd - 1) * stride + 1:stride] = x
+    full = F.conv2d(z, torch.flip(w, (2, 3)).permute(1, 0, 2, 3), padding=k - 1)
+    return full[:, :, padding:full.shape[2] - padding, padding:full.shape[3] - padding]
+
+
+def test_check_conv_transpose_by_zero_insertion():
+    check = grading.check_conv_transpose_by_zero_insertion
+    passes(check, _zero_insertion, trials=8)
+    passes(check, _zero_insertion_dilated)
+    with pytest.raises(NotAttempted):
+        check(stub)
+    named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, flip=False), "not flipped")
+    named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, swap=False), "channel axes are not swapped")
+    named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, use_op=False), "output_padding is ignored")
+    named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, pad=p), "k - 1 - p")
+    named(check, transposed._zeros_after, "BETWEEN input pixels")
+    named(check, lambda x, w, s, p, op: _zero_insertion(x, w, s, p, op).float(), "dtype")
+    forbidden(check, lambda x, w, s, p, op: F.conv_transpose2d(x, w, stride=s, padding=p, output_padding=op),
+              "conv_transpose2d")
+    forbidden(check, lambda x, w, s, p, op: up.conv_transpose2d_fold(x, w, s, p, op),
+              "course_utils.upsampling.conv_transpose2d_fold")
+    hard_coded(check, _zero_insertion)
+
+
+# ---------------------------------------------------------------- exercise 4: pixel unshuffle
+def _unshuffle(x, r):
+    n, c, hr, wr = x.shape
+    return x.reshape(n, c, hr // r, r, wr // r, r).permute(0, 1, 3, 5, 2, 4).reshape(n, c * r * r, hr // r, wr // r)
+
+
+def _unshuffle_slices(x, r):  # right, written with strided slices and a stack
+    n, c, hr, wr = x.shape
+    phases = torch.stack([x[:, :, i::r, j::r] for i in range(r) for j in range(r)], dim=2)  # (N, C, r*r, H, W)
+    return phases.reshape(n, c * r * r, hr // r, wr // r)
+
+
+def test_check_pixel_unshuffle():
+    check = grading.check_pixel_unshuffle
+    passes(check, _unshuffle, trials=8)
+    passes(check, _unshuffle_slices)
+    with pytest.raises(NotAttempted):
+        check(stub)
+
+    def channel_last(x, r):
+        n, c, hr, wr = x.shape
+        return x.reshape(n, c, hr // r, r, wr // r, r).permute(0, 3, 5, 1, 2, 4).reshape(n, c * r * r, hr // r, wr // r)
+
+    def ij_swapped(x, r):
+        n, c, hr, wr = x.shape
+        return x.reshape(n, c, hr // r, r, wr // r, r).permute(0, 1, 5, 3, 2, 4).reshape(n, c * r * r, hr // r, wr // r)
+
+    def blocks(x, r):
+        n, c, hr, wr = x.shape
+        return x.reshape(n, c, r, hr // r, r, wr // r).permute(0, 1, 2, 4, 3, 5).reshape(n, c * r * r, hr // r, wr // r)
+
+    named(check, channel_last, "channel order")
+    named(check, ij_swapped, "swapped")
+    named(check, lambda x, r: x.reshape(x.shape[0], -1, x.shape[2] // r, x.shape[3] // r), "reshape alone")
+    named(check, blocks, "instead of (H, r)")
+    forbidden(check, lambda x, r: F.pixel_unshuffle(x, r), "pixel_unshuffle")
+    forbidden(check, lambda x, r: F.unfold(x, r, stride=r).reshape(x.shape[0], -1, x.shape[2] // r, x.shape[3] // r),
+              "unfold")
+    forbidden(check, lambda x, r: torch.nn.PixelUnshuffle(r)(x), "pixel_unshuffle")
+    hard_coded(check, _unshuffle)
+
+
+# ---------------------------------------------------------------- exercise 5: overlap counts
+def _counts(h, w, k, s, p):
+    def one(n):
+        full = np.zeros((n - 1) * s + k, dtype=np.int64)
+        for i in range(n):
+            full[i * s:i * s + k] += 1
+        return full[p:full.size - p]
+    return np.outer(one(h), one(w))
+
+
+def _counts_closed_form(h, w, k, s, p):  # right, written as a count of taps per position
+    def one(n):
+        pos = np.arange((n - 1) * s + k - 2 * p) + p  # uncropped positions kept
+        i_hi = np.minimum(pos // s, n - 1)
+        i_lo = np.maximum(-(-(pos - k + 1) // s), 0)
+        return np.maximum(i_hi - i_lo + 1, 0).astype(np.int64)
+    return np.outer(one(h), one(w))
+
+
+def test_check_overlap_counts():
+    check = grading.check_overlap_counts
+    passes(check, _counts, trials=10)
+    passes(check, _counts_closed_form)
+    with pytest.raises(NotAttempted):
+        check(stub)
+    named(check, lambda h, w, k, s, p: _counts(h, w, k, s, 0), "did not crop")
+
+    def crop_end(h, w, k, s, p):
+        full = _counts(h, w, k, s, 0)
+        return full[: full.shape[0] - 2 * p, : full.shape[1] - 2 * p]
+
+    named(check, crop_end, "from the end only")
+    named(check, lambda h, w, k, s, p: _counts(h, 1, k, s, p)[:, :1] + _counts(1, w, k, s, p)[:1, :], "PRODUCT")
+    named(check, lambda h, w, k, s, p: _counts(h, w, k, s, p).astype(np.float64), "dtype")
+
+    def by_conv(h, w, k, s, p):
+        ones = F.conv_transpose2d(torch.ones(1, 1, h, w), torch.ones(1, 1, k, k), stride=s, padding=p)
+        return ones[0, 0].round().long().numpy()
+
+    forbidden(check, by_conv, "conv_transpose2d")
+    hard_coded(check, _counts)
+
+
+def test_overlap_counts_reference_equals_conv_transpose_of_ones():
+    for k, s, p in [(3, 2, 0), (3, 2, 1), (4, 2, 1), (5, 3, 2), (1, 3, 0), (2, 3, 0)]:
+        ones = torch.ones(1, 1, 5, 6, dtype=torch.float64)
+        want = F.conv_transpose2d(ones, torch.ones(1, 1, k, k, dtype=torch.float64), stride=s, padding=p)[0, 0]
+        np.testing.assert_array_equal(transposed._reference_overlap_counts(5, 6, k, s, p), want.numpy())
+
+
+# ---------------------------------------------------------------- exercise 6: sub-pixel weights
+def _subpixel(kern, r):
+    crr, c_in, k, _ = kern.shape
+    w = kern.reshape(crr // (r * r), r, r, c_in, k, k).flip(-1, -2).permute(3, 0, 4, 1, 5, 2)
+    return w.reshape(c_in, crr // (r * r), k * r, k * r)
+
+
+def _subpixel_loops(kern, r):  # right, written as loops over taps and sub-pixels
+    crr, c_in, k, _ = kern.shape
+    c = crr // (r * r)
+    w = torch.zeros(c_in, c, k * r, k * r, dtype=kern.dtype)
+    for a in range(k):
+        for b in range(k):
+            for i in range(r):
+                for j in range(r):
+                    w[:, :, (k - 1 - a) * r + i, (k - 1 - b) * r + j] = kern[i * r + j::r * r, :, a, b].T
+    return w
+
+
+def test_check_subpixel_weight():
+    check = grading.check_subpixel_weight
+    passes(check, _subpixel, trials=6)
+    passes(check, _subpixel_loops)
+    with pytest.raises(NotAttempted):
+        check(stub)
+    named(check, lambda k, r: _subpixel(k.flip(-1, -2), r), "not flipped")
+    named(check, lambda k, r: _subpixel(k, r).transpose(0, 1), "channel axes are swapped")
+
+    def ij_swapped(kern, r):
+        crr, c_in, k, _ = kern.shape
+        w = kern.reshape(crr // (r * r), r, r, c_in, k, k).flip(-1, -2).permute(3, 0, 4, 2, 5, 1)
+        return w.reshape(c_in, crr // (r * r), k * r, k * r)
+
+    named(check, ij_swapped, "sub-pixel offsets are swapped")
+
+    def block_layout(kern, r):
+        crr, c_in, k, _ = kern.shape
+        w = kern.reshape(crr // (r * r), r, r, c_in, k, k).flip(-1, -2).permute(3, 0, 1, 4, 2, 5)
+        return w.reshape(c_in, crr // (r * r), k * r, k * r)
+
+    named(check, block_layout, "a'*r + i")
+
+    def by_impulses(kern, r):  # the lesson's measurement: forbidden here
+        k, c_in = kern.shape[-1], kern.shape[1]
+        stamps = torch.zeros(c_in, kern.shape[0] // (r * r), k * r, k * r, dtype=kern.dtype)
+        for ci in range(c_in):
+            delta = torch.zeros(1, c_in, 2 * k - 1, 2 * k - 1, dtype=kern.dtype)
+            delta[0, ci, k - 1, k - 1] = 1.0
+            resp = F.pixel_shuffle(F.conv2d(delta, kern, padding=(k - 1) // 2), r)[0]
+            lo = (k - 1) // 2 * r
+            stamps[ci] = resp[:, lo:lo + k * r, lo:lo + k * r]
+        return stamps
+
+    forbidden(check, by_impulses, "conv2d")
+    hard_coded(check, _subpixel)
