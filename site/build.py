@@ -160,12 +160,41 @@ def _render_details(source: str) -> str:
     return re.sub(r"<details>\s*<summary>(.*?)</summary>(.*?)</details>", one, source, flags=re.S)
 
 
+def _terminal_text(text: str) -> str:
+    """What a terminal (and Jupyter) shows for text with carriage returns: each `\\r` restarts its line."""
+    lines = []
+    for line in text.split("\n"):
+        parts = line.rstrip("\r").split("\r")
+        shown = ""
+        for part in parts:  # a later part overwrites the start of the line
+            shown = part + shown[len(part):]
+        lines.append(shown)
+    return "\n".join(lines)
+
+
+def _merge_streams(outputs: list) -> list:
+    """Consecutive stream outputs of one name as one, carriage returns resolved (progress bars show their end)."""
+    merged: list = []
+    for output in outputs:
+        if output.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream" \
+                and merged[-1].get("name") == output.get("name"):
+            merged[-1]["text"] += output["text"]
+        else:
+            merged.append(output)
+    for output in merged:
+        if output.get("output_type") == "stream" and "\r" in output["text"]:
+            output["text"] = _terminal_text(output["text"])
+    return merged
+
+
 def stage_notebook(src: Path, dest: Path, bar: str) -> None:
     """Copy a notebook, with the link bar placed right under its H1 title."""
     nb = nbformat.read(src, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "markdown" and "<details" in cell.source:
             cell.source = _render_details(cell.source)
+        if cell.cell_type == "code":
+            cell.outputs = _merge_streams(cell.outputs)
         for output in cell.get("outputs", []):
             if WIDGET_VIEW in output.get("data", {}):
                 output["data"] = {"text/html": WIDGET_NOTE}

@@ -92,6 +92,24 @@ def test_chromium_reports_an_uncaught_exception(tmp_path):
     assert any("undefined_function" in line for line in console)
 
 
+# --- what the build changes in its staged copies of the notebooks ----------------------------------------
+
+def test_progress_bars_show_their_last_state_as_in_jupyter():
+    outputs = [{"output_type": "stream", "name": "stdout", "text": f"\rtraining: {i:3d}%"} for i in (0, 50, 100)]
+    outputs.append({"output_type": "stream", "name": "stdout", "text": "\nloss 0.23\n"})
+    assert build._merge_streams(outputs) == [{"output_type": "stream", "name": "stdout", "text": "training: 100%\nloss 0.23\n"}]
+    assert build._terminal_text("abcdef\rXY\n") == "XYcdef\n"
+
+
+def test_details_answers_stay_folded_with_their_markdown_and_math_rendered():
+    source = "1. Why?\n<details><summary>Answer</summary>Because $x_t$ is **noisy** and `a_b`.</details>\n2. Next?"
+    out = build._render_details(source)
+    line = next(line for line in out.splitlines() if line.startswith("<details>"))
+    assert line.endswith("</details>"), "the whole block must stay one HTML line"
+    assert "\\(x_t\\)" in line and "<strong>noisy</strong>" in line and "<code>a_b</code>" in line
+    assert out.splitlines()[-1] == "2. Next?"
+
+
 # --- the built site ---------------------------------------------------------------------------------------
 
 @pytest.mark.slow
