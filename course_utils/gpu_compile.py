@@ -159,41 +159,91 @@ def _sass(cubin: bytes) -> str:
     return done.stdout
 
 
-def as_jit_function(kernel: Any) -> Any:
-    """The compilable ``JITFunction`` behind ``kernel``, also when Triton runs in its interpreter.
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
-    Under ``TRITON_INTERPRET=1`` (the CPU tier) ``@triton.jit`` returns an ``InterpretedFunction``; the
-    same Python function wrapped as a ``JITFunction`` compiles for a GPU target. Helper kernels it calls
-    are unwrapped the same way, in the function's globals, for the duration of the compile.
-    """
-    from triton.runtime.jit import JITFunction
 
-    if isinstance(kernel, JITFunction):
-        return kernel
+def _kernel_fn(kernel: Any):
     fn = getattr(kernel, "fn", None)
     if fn is None:
         raise TypeError(f"{kernel!r} is not a @triton.jit kernel")
-    cached = getattr(kernel, "_course_jit", None)
-    if cached is None:
-        cached = JITFunction(fn)
-        try:
-            kernel._course_jit = cached
-        except AttributeError:
-            pass
-    return cached
+    return fn
 
 
-def _unwrapped_helpers(kernel: Any):
-    """Swap interpreted helper kernels in ``kernel``'s globals for JITFunctions; return the undo list."""
-    from triton.runtime.interpreter import InterpretedFunction
+def _recipe(kernel: Any) -> dict:
+    """How a fresh process can rebuild ``kernel``: its module and name, or (for a notebook cell) its source.
 
-    undo = []
-    globs = kernel.fn.__globals__
-    for name, value in list(globs.items()):
-        if isinstance(value, InterpretedFunction):
-            undo.append((name, value))
-            globs[name] = as_jit_function(value)
-    return undo
+    A kernel defined in a notebook travels as source: its own, that of the ``@triton.jit`` helpers it
+    calls, and the plain constants it reads, in the order the kernel needs them.
+    """
+    import inspect
+
+    fn = _kernel_fn(kernel)
+    module = getattr(fn, "__module__", None)
+    if module and module.split(".")[0] == "course_utils":  # importable anywhere the course is installed
+        return {"module": module, "name": fn.__name__}
+    globs, seen, parts = fn.__globals__, set(), []
+
+    def visit(f):
+        for name in f.__code__.co_names:
+            if name in seen or name not in globs:
+                continue
+            seen.add(name)
+            value = globs[name]
+            inner = getattr(value, "fn", None)
+            if callable(inner) and hasattr(inner, "__code__") and type(value).__name__ in ("InterpretedFunction", "JITFunction"):
+                visit(inner)
+                parts.append(inspect.getsource(inner))
+            elif isinstance(value, (int, float, bool)) or type(value).__name__ == "constexpr":
+                parts.append(f"{name} = {getattr(value, 'value', value)!r}")
+    visit(fn)
+    header = "import triton\nimport triton.language as tl\nfrom triton.language import constexpr\n"
+    return {"source": header + "\n\n".join(parts + [inspect.getsource(fn)]), "name": fn.__name__}
+
+
+def _compile_elsewhere(kernel: Any, arch: int, kwargs: dict) -> "Compiled":
+    """Compile in a fresh process with Triton's compiler on (this one runs Triton's interpreter, whose
+    stand-ins for ``tl.zeros`` and friends cannot go through the GPU compiler)."""
+    import json
+    import sys as _sys
+
+    request = {"recipe": _recipe(kernel), "arch": arch, "kwargs": kwargs}
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    done = subprocess.run([_sys.executable, "-m", "course_utils.gpu_compile"], input=json.dumps(request), capture_output=True,
+                          text=True, env=env, timeout=900)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CompileError(last.split("CompileError: ", 1)[-1][:400])
+    data = json.loads(done.stdout)
+    return Compiled(**data)
+
+
+def _main() -> int:
+    """``python -m course_utils.gpu_compile`` reads a compile request as JSON on stdin, writes the result."""
+    import importlib
+    import importlib.util
+    import json
+    import sys as _sys
+    from dataclasses import asdict
+
+    request = json.loads(_sys.stdin.read())
+    recipe = request["recipe"]
+    if "module" in recipe:
+        kernel = getattr(importlib.import_module(recipe["module"]), recipe["name"])
+    else:
+        with tempfile.TemporaryDirectory() as tmp:  # @triton.jit wants its source in a file
+            path = Path(tmp) / "course_kernel_from_notebook.py"
+            path.write_text(recipe["source"])
+            spec = importlib.util.spec_from_file_location("course_kernel_from_notebook", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            kernel = getattr(module, recipe["name"])
+            result = compile_for(kernel, arch=request["arch"], **request["kwargs"])
+        print(json.dumps(asdict(result)))
+        return 0
+    print(json.dumps(asdict(compile_for(kernel, arch=request["arch"], **request["kwargs"]))))
+    return 0
 
 
 def compile_for(kernel: Any, *, arch: int, signature: dict[str, str], constexprs: dict[str, Any] | None = None,
@@ -208,33 +258,38 @@ def compile_for(kernel: Any, *, arch: int, signature: dict[str, str], constexprs
     """
     # Triton 3.9 warns on every compile until the FP-fusion default is chosen; keep today's default (fused FMAs).
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    if arch not in ARCH_LIMITS:
+        raise ValueError(f"arch {arch} unknown; use one of {sorted(ARCH_LIMITS)}")
+    params = list(_kernel_fn(kernel).__code__.co_varnames[:_kernel_fn(kernel).__code__.co_argcount])
+    missing = [p for p in params if p not in signature]
+    if missing:
+        raise ValueError(f"{_kernel_fn(kernel).__name__}: give a type for {missing} in signature (or 'constexpr')")
+    if _interpreting():
+        kwargs = {"signature": signature, "constexprs": dict(constexprs or {}), "divisible": list(divisible),
+                  "num_warps": num_warps, "num_stages": num_stages, "sass": sass, **options}
+        return _compile_elsewhere(kernel, arch, kwargs)
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    if arch not in ARCH_LIMITS:
-        raise ValueError(f"arch {arch} unknown; use one of {sorted(ARCH_LIMITS)}")
     constexprs = dict(constexprs or {})
-    kernel = as_jit_function(kernel)
-    params = list(kernel.arg_names)
-    missing = [p for p in params if p not in signature]
-    if missing:
-        raise ValueError(f"{kernel.__name__}: give a type for {missing} in signature (or 'constexpr')")
     attrs = {(params.index(p),): [["tt.divisibility", 16]] for p in divisible}
     source = ASTSource(fn=kernel, signature={p: signature[p] for p in params}, constexprs=constexprs, attrs=attrs)
-    undo = _unwrapped_helpers(kernel)
     try:
         compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32),
                                   options={"num_warps": num_warps, "num_stages": num_stages, **options})
     except Exception as exc:  # triton's compile errors are long MLIR dumps: keep their first line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CompileError(f"{kernel.__name__} for sm_{arch}: {first[:300]}") from exc
-    finally:
-        for name, value in undo:
-            kernel.fn.__globals__[name] = value
     ptx = compiled.asm["ptx"]
     usage = _ptxas_report(ptx, arch)
     feats = {name: len(re.findall(pattern, ptx)) for name, (pattern, _) in FEATURES.items()}
     return Compiled(name=kernel.__name__, arch=arch, num_warps=num_warps, num_stages=num_stages,
                     shared_bytes=int(compiled.metadata.shared), ptx=ptx,
                     sass=_sass(compiled.asm["cubin"]) if sass else "", features=feats, **usage)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_main())

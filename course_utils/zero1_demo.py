@@ -1,7 +1,7 @@
 r"""ZeRO stage 1 on the CPU with two processes: each rank keeps the Adam state of half the parameters.
 
 Launched by ``notebooks/08_training_memory.ipynb`` through ``torchrun`` (see
-:func:`course_utils.training_memory.zero1_command`)::
+:func:`course_utils.training_memory_plan.zero1_command`)::
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 -m course_utils.zero1_demo --out r.json
 
@@ -25,7 +25,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from course_utils.checks import TOLERANCES
 from course_utils.mixed_precision import tensor_bytes
-from course_utils.training_memory import shard_bounds
+from course_utils.training_memory_plan import shard_bounds
 
 LR, WEIGHT_DECAY, BATCH, FEATURES = 1e-2, 1e-2, 64, 32
 

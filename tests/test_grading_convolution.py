@@ -228,8 +228,6 @@ def test_conv2d_grad_weight_check():
     hard_coded(check, _grad_weight)
 
 
-@pytest.mark.xfail(reason="checks._ForbiddenGuard leaves Python functions defined in torch to the TorchFunctionMode, "
-                          "which torch.nn.grad.conv2d_weight (it calls aten directly) never enters", strict=False)
 def test_conv2d_grad_weight_check_forbids_torch_nn_grad():
     def by_nn_grad(x, g, k, s, p):
         return torch.nn.grad.conv2d_weight(torch.from_numpy(x), (g.shape[1], x.shape[1], k, k), torch.from_numpy(g),

@@ -1,0 +1,50 @@
+"""Helpers for the tests of exercise checks (tests/test_grading_*.py)."""
+from __future__ import annotations
+
+import pytest
+
+from course_utils.checks import CheckFailed, NotAttempted
+
+SEED = 12345  # the tests pin seeds so that they are reproducible; the checks themselves draw fresh ones
+
+
+def passes(check, fn, **kwargs):
+    """``check(fn)`` passes on two different seeds and prints one ✅ line each time."""
+    for seed in (SEED, SEED + 1):
+        check(fn, seed=seed, **kwargs)
+
+
+def fails(check, fn, fragment, *, seed=SEED, **kwargs):
+    """``check(fn)`` fails as a wrong answer with a one-line message holding ``fragment``; returns the message."""
+    with pytest.raises(CheckFailed) as info:
+        check(fn, seed=seed, **kwargs)
+    message = str(info.value)
+    assert not isinstance(info.value, NotAttempted), message
+    assert fragment in message, message
+    assert "\n" not in message
+    return message
+
+
+def forbidden(check, fn, name, **kwargs):
+    """``check(fn)`` fails because ``fn`` calls ``name``, which the exercise forbids."""
+    message = fails(check, fn, name, **kwargs)
+    assert "calls " in message and "by hand" in message, message
+    return message
+
+
+def not_attempted(check, fn, **kwargs):
+    with pytest.raises(NotAttempted):
+        check(fn, seed=SEED, **kwargs)
+
+
+class Recorder:
+    """A lookup-table answer: learns the reference's outputs on one run, replays them afterwards."""
+
+    def __init__(self, reference):
+        self.reference, self.table, self.learning = reference, {}, True
+
+    def __call__(self, *args):
+        key = repr(args)
+        if self.learning:
+            self.table[key] = self.reference(*args)
+        return self.table.get(key, next(iter(self.table.values())))

@@ -1,0 +1,195 @@
+"""Tests of course_utils.grading.training_memory: every check of the lesson-08 problem set passes the
+solution and a right answer written differently, raises NotAttempted on a stub, names each listed
+mistake with its own hint, rejects the course's shortcuts as forbidden and a hard-coded answer on
+fresh inputs."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import course_utils.training_memory as tm
+from course_utils.checks import CheckFailed, NotAttempted
+from course_utils.grading import training_memory as g
+from conftest import stub, fails_with  # noqa: E402
+
+
+# ---------------------------------------------------------------- the solutions, as in solutions/08
+def gqa_solution(vocab, hidden, layers, heads, kv_heads, ffn, tied, qkv_bias):
+    kv_dim = kv_heads * (hidden // heads)
+    attention = 2 * hidden * hidden + 2 * hidden * kv_dim + ((hidden + 2 * kv_dim) if qkv_bias else 0)
+    return vocab * hidden + layers * (attention + 3 * hidden * ffn + 2 * hidden) + hidden + (0 if tied else vocab * hidden)
+
+
+def gqa_other(vocab, hidden, layers, heads, kv_heads, ffn, tied, qkv_bias):
+    head_dim = hidden // heads
+    per_layer = sum([hidden * hidden, hidden * kv_heads * head_dim * 2, hidden * hidden, 3 * ffn * hidden, 2 * hidden])
+    per_layer += (heads + 2 * kv_heads) * head_dim * qkv_bias
+    return (2 - tied) * vocab * hidden + layers * per_layer + hidden
+
+
+def adam_solution(n, w, grad):
+    return n * (w + grad + (4 if w < 4 else 0) + 8) / 2**30
+
+
+def adam_other(n, w, grad):
+    master = {2: 4, 4: 0}[w]
+    return (n * w + n * grad + n * master + 2 * 4 * n) / 1024**3
+
+
+def act_solution(s, b, h, a, t, selective):
+    return 10 * s * b * h + 24 * s * b * h / t + (0 if selective else 5 * a * s * s * b / t)
+
+
+def act_other(s, b, h, a, t, selective):
+    sbh = s * b * h
+    return sbh * (10 + (24 + (0 if selective else 5 * a * s / h)) / t)
+
+
+def zero2_solution(n, nd, acc):
+    return 2 * n + (2 + (4 if acc else 0) + 12) * n / nd
+
+
+def zero2_other(n, nd, acc):
+    grads = n * (6 if acc else 2)
+    return 2.0 * n + grads / nd + 12.0 * n / nd
+
+
+def min_gpus_solution(n, act, gpu):
+    return math.ceil(16 * n / ((gpu - act) * 1e9))
+
+
+def min_gpus_other(n, act, gpu):
+    free = gpu * 10**9 - act * 10**9
+    whole, rest = divmod(16 * n, free)
+    return int(whole) + (1 if rest > 0 else 0)
+
+
+def saved_solution(module, x):
+    exclude = {t.untyped_storage().data_ptr() for t in [*module.parameters(), x]}
+    storages = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in exclude:
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        module(x)
+    return sum(storages.values())
+
+
+def saved_other(module, x):
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        module(x)
+    skip = {p.untyped_storage().data_ptr() for p in module.parameters()} | {x.untyped_storage().data_ptr()}
+    unique = {t.untyped_storage().data_ptr(): t.untyped_storage() for t in kept}
+    return sum(s.nbytes() for ptr, s in unique.items() if ptr not in skip)
+
+
+CASES = {
+    "gqa": (g.check_gqa_parameter_count, gqa_solution, gqa_other),
+    "adam": (g.check_adam_state_gib, adam_solution, adam_other),
+    "act": (g.check_activation_bytes_tp, act_solution, act_other),
+    "zero2": (g.check_zero2_bytes, zero2_solution, zero2_other),
+    "min_gpus": (g.check_min_gpus, min_gpus_solution, min_gpus_other),
+    "saved": (g.check_saved_bytes, saved_solution, saved_other),
+}
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_solution_and_a_different_right_answer_pass_stub_is_not_attempted(key, capsys):
+    check, solution, other = CASES[key]
+    check(solution)
+    check(other, trials=8)
+    assert capsys.readouterr().out.startswith("✅")
+    with pytest.raises(NotAttempted):
+        check(stub)
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_every_listed_mistake_is_named_with_its_own_hint(key, monkeypatch):
+    check = CASES[key][0]
+    captured = {}
+    original = g.check_function
+
+    def spy(fn, ref, make_inputs, **kw):  # the mistakes are built from the references: feed them unguarded
+        captured["mistakes"] = list(kw.get("mistakes", ()))
+        kw.pop("forbidden", None)
+        return original(fn, ref, make_inputs, **kw)
+
+    monkeypatch.setattr(g, "check_function", spy)
+    check(CASES[key][1], trials=1)
+    assert captured["mistakes"]
+    for mistake in captured["mistakes"]:
+        fails_with(lambda fn: check(fn, trials=8), mistake.fn, mistake.hint)
+
+
+HARD_CODED = {
+    "gqa": lambda **kw: 6_738_415_616,
+    "adam": lambda *a: 100.4,
+    "act": lambda *a: 34 * 4096 * 4096,
+    "zero2": lambda *a: 16.6e9,
+    "min_gpus": lambda *a: 2,
+    "saved": lambda module, x: 8064,
+}
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_a_hard_coded_answer_fails_on_fresh_inputs(key):
+    with pytest.raises(CheckFailed) as info:
+        CASES[key][0](HARD_CODED[key])
+    assert not isinstance(info.value, NotAttempted)
+
+
+SHORTCUTS = {
+    "gqa": (lambda vocab, hidden, layers, heads, kv_heads, ffn, tied, qkv_bias: tm.count_parameters(
+        tm.TransformerShape(vocab, hidden, layers, heads, ffn, kv_heads, tied, qkv_bias=qkv_bias)), "count_parameters"),
+    "adam": (lambda n, w, gr: sum(tm.model_state_bytes(n, tm.Recipe("x", w, gr, 0, 4 if w < 4 else 0, 8)).values()) / 2**30,
+             "model_state_bytes"),
+    "act": (lambda s, b, h, a, t, sel: tm.activation_bytes_per_layer(s, b, h, a, t=t, recompute="selective" if sel else "none"),
+            "activation_bytes_per_layer"),
+    "zero2": (g._reference_zero2_bytes, "_reference_zero2_bytes"),
+    "min_gpus": (g._reference_min_gpus, "_reference_min_gpus"),
+    "saved": (lambda module, x: _with_course_hook(module, x), "SavedTensorLog.pack"),
+}
+
+
+def _with_course_hook(module, x):
+    with tm.saved_tensors([*module.parameters(), x]) as log:
+        module(x)
+    return log.nbytes
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_the_course_shortcut_is_forbidden(key):
+    fn, fragment = SHORTCUTS[key]
+    fails_with(CASES[key][0], fn, fragment)
+    fails_with(CASES[key][0], fn, "replace by hand")
+
+
+def test_min_gpus_draws_exact_divisions_and_names_the_off_by_one():
+    fails_with(g.check_min_gpus, lambda n, act, gpu: int(16 * n / ((gpu - act) * 1e9)) + 1, "int(...) + 1")
+    fails_with(g.check_min_gpus, lambda n, act, gpu: 16 * n // ((gpu - act) * 10**9) + 1, "int(...) + 1")
+
+
+def test_saved_bytes_names_dedup_by_id_and_by_data_pointer():
+    def keyed(key):
+        def fn(module, x):
+            skip = {t.untyped_storage().data_ptr() for t in [*module.parameters(), x]}
+            seen = {}
+
+            def pack(t):
+                if t.untyped_storage().data_ptr() not in skip:
+                    seen[key(t)] = t.untyped_storage().nbytes()
+                return t
+
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                module(x)
+            return sum(seen.values())
+        return fn
+
+    fails_with(g.check_saved_bytes, keyed(id), "not id(t)")
+    fails_with(g.check_saved_bytes, keyed(lambda t: t.data_ptr()), "not t.data_ptr()")
