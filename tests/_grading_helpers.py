@@ -48,3 +48,36 @@ class Recorder:
         if self.learning:
             self.table[key] = self.reference(*args)
         return self.table.get(key, next(iter(self.table.values())))
+
+
+def rejects_recorded_answers(check, solution):
+    """A lookup table that replays the answers of one run fails on the next run's fresh inputs."""
+    table = Recorder(solution)
+    check(table, seed=SEED)
+    table.learning = False
+    with pytest.raises(AssertionError):
+        check(table, seed=SEED + 1)
+
+
+def each_mistake_is_named(module, check, solution, monkeypatch, *, trials, hints=None):
+    """Every ``Mistake`` a check lists, fed as the answer, fails with that mistake's own hint.
+
+    The mistakes are built from the course's own references, which the check forbids: they are fed
+    with the guard off (``forbidden`` dropped), so that the value comparison alone is tested.
+    ``hints`` maps a mistake's name to the text expected instead, for mistakes that coincide.
+    """
+    from conftest import fails_with
+
+    captured = {}
+    original = module.check_function
+
+    def spy(fn, ref, make_inputs, **kw):
+        captured["mistakes"] = list(kw.get("mistakes", ()))
+        kw.pop("forbidden", None)
+        return original(fn, ref, make_inputs, **kw)
+
+    monkeypatch.setattr(module, "check_function", spy)
+    check(solution, trials=1)
+    assert captured["mistakes"], "the check lists no named mistakes"
+    for mistake in captured["mistakes"]:
+        fails_with(lambda fn: check(fn, trials=trials), mistake.fn, (hints or {}).get(mistake.name, mistake.hint))
