@@ -15,14 +15,20 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 NB     ?=
 DIR    ?=
 PYTEST_ARGS ?=
+SITE_OUT ?= site/_build/html
+SITE_STAMP := $(VENV)/.installed-site
+# make test-latest: a separate environment with the newest releases; e.g. LATEST_TORCH_ARGS="--index-url <CPU wheel index>".
+LATEST ?= .venv-latest
+LATEST_TORCH_ARGS ?=
 
-.PHONY: help install lab test test-fast test-portable lint exercises check-exercises grade grade-class times doctor clean
+.PHONY: help install lab test test-fast test-portable test-latest lint exercises check-exercises grade grade-class times doctor site site-test clean
 
 help:
 	@echo "make lab              start JupyterLab on notebooks/ (installs into $(VENV) first if needed)"
 	@echo "make test             lint, then the whole test suite (unit tests, nbval, assignment pipeline, grader attacks)"
 	@echo "make test-fast        the test suite without the slow tests (no notebook execution)"
 	@echo "make test-portable    nbval under emulated CPUs (no SIMD, AVX2), 1 and 2 threads, and without Triton (about 10 min)"
+	@echo "make test-latest      the test suite against the newest releases in $(LATEST), listing drift from constraints.txt"
 	@echo "make lint             ruff on the package, tests, benchmarks, lessons and solutions"
 	@echo "make exercises        regenerate exercises/ from solutions/"
 	@echo "make check-exercises  fail when exercises/ differs from what solutions/ generates"
@@ -30,17 +36,24 @@ help:
 	@echo "make grade-class DIR=path/to/folder    grade a folder of submissions into gradebook.csv/json"
 	@echo "make times            measure every notebook's CPU run time into benchmarks/results/"
 	@echo "make doctor           check the installation"
+	@echo "make site             build the course website from the committed notebooks into $(SITE_OUT) (installs the site extra)"
+	@echo "make site-test        build the site in a temporary folder and check it in headless Chromium; screenshots in site/_screenshots"
 	@echo "make install          create $(VENV) and install the course (TORCH_SPEC=torch==X for a CPU wheel)"
 	@echo "make clean            remove $(VENV) and caches"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# Reinstall only when the package definition changes.
-$(STAMP): pyproject.toml | $(PY)
-	$(if $(TORCH_SPEC),$(PY) -m pip install --quiet "$(TORCH_SPEC)",)
-	$(PY) -m pip install --quiet -e ".[dev]"
+# Reinstall only when the package definition or the verified versions change.
+$(STAMP): pyproject.toml constraints.txt | $(PY)
+	$(if $(TORCH_SPEC),$(PY) -m pip install --quiet -c constraints.txt "$(TORCH_SPEC)",)
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
+
+# The website's generator only for those who build it: `make lab` stays lean.
+$(SITE_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,site]"
+	touch $(SITE_STAMP)
 
 install: $(STAMP)
 
@@ -79,5 +92,22 @@ times: $(STAMP)
 doctor: $(STAMP)
 	$(PY) -m course_utils doctor
 
+site: $(SITE_STAMP)
+	$(PY) site/build.py --out $(SITE_OUT)
+
+site-test: $(SITE_STAMP)
+	SITE_SCREENSHOTS=site/_screenshots $(PY) -m pytest tests/test_site.py $(PYTEST_ARGS)
+
+# Drift: the newest releases of everything, ignoring constraints.txt, in an environment of their own.
+test-latest:
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/python -m pip install --quiet --upgrade pip
+	$(LATEST)/bin/python -m pip install --quiet --upgrade torch $(LATEST_TORCH_ARGS)
+	$(LATEST)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -e ".[dev]"
+	$(LATEST)/bin/python tools/constraints.py drift
+	$(LATEST)/bin/ruff check .
+	$(LATEST)/bin/python -m pytest $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(LATEST) .pytest_cache site/_build

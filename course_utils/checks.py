@@ -15,10 +15,8 @@ from :func:`check_function` and :func:`check_value`.
 """
 from __future__ import annotations
 
-import importlib
 import math
 import secrets
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -28,6 +26,8 @@ try:  # torch is a hard dependency of the course, but keep the checks importable
     import torch
 except ImportError:  # pragma: no cover
     torch = None
+
+from .tolerances import TOLERANCES, UNIT_ROUNDOFF, _dtype_name, tolerance_for  # noqa: F401  (re-exported)
 
 
 class CheckFailed(AssertionError):
@@ -47,56 +47,6 @@ class Mistake:
     fn: Callable[..., Any]
 
 
-# Tolerances per dtype, as (rtol, atol), with the reason. One table for the whole course.
-# fp64: reductions in another order differ by a few ulps of ~1e-16 times the number of terms.
-# fp32: same, with ulp ~6e-8; 1e-5 relative leaves room for sums of thousands of terms.
-# tf32: what a GPU's tensor cores use for fp32 matmuls when allowed: 10 mantissa bits like fp16.
-# fp16: 10 mantissa bits (ulp 2^-10 ~ 1e-3 relative); allow a couple of roundings.
-# bf16: 7 mantissa bits (ulp 2^-7 ~ 8e-3 relative); allow a couple of roundings.
-# fp8 e4m3 / e5m2: 3 / 2 mantissa bits, so one rounding is 6% / 12% relative.
-# triton_interpreter: Triton's CPU interpreter evaluates tl.dot with NumPy in fp32, in another order than
-#   torch's kernels, and programs accumulate tile by tile: fp32 rounding over a K loop, a little looser.
-# Integers and booleans must match exactly.
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "float64": (1e-10, 1e-12),
-    "float32": (1e-5, 1e-6),
-    "tfloat32": (2e-3, 1e-4),
-    "float16": (2e-3, 1e-4),
-    "bfloat16": (1.6e-2, 1e-3),
-    "float8_e4m3fn": (1.25e-1, 1e-2),
-    "float8_e5m2": (2.5e-1, 1e-2),
-    "triton_interpreter": (1e-4, 1e-5),
-}
-
-# Unit roundoff u = 2^-(mantissa bits + 1) of each accumulator format (lesson 01, section 12).
-UNIT_ROUNDOFF: dict[str, float] = {
-    "float64": 2.0**-53, "float32": 2.0**-24, "tfloat32": 2.0**-11, "float16": 2.0**-11, "bfloat16": 2.0**-8,
-}
-
-
-def tolerance_for(dtype: Any, n: int | None = None, *, accumulate: Any = None) -> tuple[float, float]:
-    """``(rtol, atol)`` for a NumPy or torch dtype (or a name in :data:`TOLERANCES`); exact for integers.
-
-    ``n`` is the length of the longest reduction behind each output element (a GEMM's K, a sum over
-    a sequence). Two correct programs that add ``n`` terms in different orders differ by about
-    ``sqrt(n) * u`` relative (rounding errors of random sign add like a random walk; lesson 01 measures
-    it), where ``u`` is the unit roundoff of the *accumulator* (``accumulate``, default: ``dtype``
-    itself, but fp32 for 16-bit outputs, as every kernel in the course accumulates). The tolerance is
-    the table's value or ``4 * sqrt(n) * u``, whichever is larger, so a long fp32 reduction passes on any
-    CPU while a 16-bit accumulator (``u`` 2^11 times larger) still fails.
-    """
-    name = dtype if isinstance(dtype, str) and dtype in TOLERANCES else _dtype_name(dtype)
-    rtol, atol = TOLERANCES.get(name, (0.0, 0.0))
-    if n is None or n <= 1 or (rtol, atol) == (0.0, 0.0):
-        return rtol, atol
-    acc = name if accumulate is None else _dtype_name(accumulate)
-    if accumulate is None and name in ("float16", "bfloat16", "triton_interpreter") or "float8" in acc:
-        acc = "float32"
-    u = UNIT_ROUNDOFF.get(acc, UNIT_ROUNDOFF["float32"])
-    grown = 4.0 * math.sqrt(n) * u
-    return max(rtol, grown), max(atol, grown)
-
-
 def assert_close(got: Any, want: Any, *, dtype: Any = None, n: int | None = None, name: str = "result") -> None:
     """Assert that ``got`` equals ``want`` within :func:`tolerance_for` (``dtype`` defaults to ``want``'s).
 
@@ -112,15 +62,6 @@ def assert_close(got: Any, want: Any, *, dtype: Any = None, n: int | None = None
             err, idx = _max_error(*pairs[0])
             raise CheckFailed(f"{name}: differs by up to {err:.3g} at index {idx} (rtol={rtol:.3g}, atol={atol:.3g}).")
         raise CheckFailed(f"{name}: got {_describe_value(pairs[0][0])}, expected {_describe_value(pairs[0][1])}.")
-
-
-def _dtype_name(dtype: Any) -> str:
-    if torch is not None and isinstance(dtype, torch.dtype):
-        return str(dtype).replace("torch.", "")
-    try:
-        return np.dtype(dtype).name
-    except TypeError:
-        return str(dtype)
 
 
 def _is_tensor(x: Any) -> bool:
@@ -275,93 +216,6 @@ def _same_input(a: Any, b: Any) -> bool:
     if isinstance(a, np.ndarray):
         return bool(np.array_equal(a, b, equal_nan=True))
     return True
-
-
-class ForbiddenCall(CheckFailed):
-    """The learner's code called a function the exercise asks them to replace by hand."""
-
-
-def _resolve(dotted: str) -> Any:
-    """Import ``a.b.c.d`` as far as it is a module, then follow attributes."""
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for attr in parts[cut:]:
-            obj = getattr(obj, attr)
-        return obj
-    raise ValueError(f"cannot resolve forbidden name {dotted!r}")
-
-
-class _ForbiddenGuard:
-    """Notices calls of forbidden functions while the learner's code runs.
-
-    Two detectors, because the shortcuts come in two kinds: torch's functions (``F.conv2d``,
-    ``torch.matmul``, ``Tensor.__matmul__``, ``F.interpolate``) are seen by a ``TorchFunctionMode``,
-    which catches them under any alias; plain Python and C functions (the course's own reference,
-    ``np.matmul``) by a profile hook that compares code objects and function identity. The first
-    forbidden call is remembered and reported after the learner's function returns.
-    """
-
-    def __init__(self, names: Iterable[str]):
-        self.names = list(names)
-        self.hit: str | None = None
-        self._torch_funcs: dict[int, str] = {}
-        self._codes: dict[Any, str] = {}
-        self._cfuncs: dict[int, str] = {}
-        for dotted in self.names:
-            obj = _resolve(dotted)
-            self._torch_funcs[id(obj)] = dotted
-            code = getattr(obj, "__code__", None) or getattr(getattr(obj, "__func__", None), "__code__", None)
-            if code is not None:  # torch's own Python functions too: some (torch.nn.grad.*) skip the function mode
-                self._codes[code] = dotted
-            else:
-                self._cfuncs[id(obj)] = dotted
-        self._mode = None
-        self._previous_profile = None
-
-    def _profile(self, frame, event, arg):
-        if self.hit is None:
-            if event == "call":
-                self.hit = self._codes.get(frame.f_code)
-            elif event == "c_call":
-                self.hit = self._cfuncs.get(id(arg))
-
-    def __enter__(self):
-        if torch is not None and self._torch_funcs:
-            from torch.overrides import TorchFunctionMode
-
-            guard = self
-
-            class _Mode(TorchFunctionMode):
-                def __torch_function__(self, func, types, args=(), kwargs=None):
-                    if guard.hit is None:
-                        guard.hit = guard._torch_funcs.get(id(func)) or guard._torch_funcs.get(id(getattr(func, "__func__", None)))
-                    return func(*args, **(kwargs or {}))
-
-            self._mode = _Mode()
-            self._mode.__enter__()
-        if self._codes or self._cfuncs:
-            self._previous_profile = sys.getprofile()
-            sys.setprofile(self._profile)
-        return self
-
-    def __exit__(self, *exc):
-        if self._codes or self._cfuncs:
-            sys.setprofile(self._previous_profile)
-        if self._mode is not None:
-            try:
-                self._mode.__exit__(*exc)
-            except Exception:  # the learner's code popped the mode itself
-                self.hit = self.hit or "torch's function-mode stack (your code changed it)"
-        return False
-
-
-def forbidden_message(name: str, hit: str) -> str:
-    return (f"{name}: your code calls {hit}, which this exercise asks you to replace by hand; "
-            f"write the computation yourself.")
 
 
 def call_learner(name: str, fn: Callable, args: Sequence[Any] = (), kwargs: dict | None = None,
@@ -554,3 +408,6 @@ def check_value(
     if not quiet:
         print(f"✅ {name}: correct.")
 
+
+# Imported last: forbidden.py subclasses CheckFailed, defined above.
+from .forbidden import ForbiddenCall, _ForbiddenGuard, forbidden_message  # noqa: E402,F401  (re-exported)

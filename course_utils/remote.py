@@ -190,13 +190,24 @@ def _leaves(obj: Any, path: tuple = ()):
             yield (*path, "buffer:" + name), b
 
 
+def _storage_bytes(t) -> Any:
+    """The whole storage behind a tensor view, as uint8 (a kernel may write past the view it was given)."""
+    storage = t.untyped_storage()
+    return torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),))
+
+
+def _is_partial_view(t) -> bool:
+    return t.untyped_storage().nbytes() > t.numel() * t.element_size()
+
+
 def _snapshot(args, kwargs) -> dict:
     out = {}
     for path, x in _leaves({"args": list(args), "kwargs": dict(kwargs)}):
         if isinstance(x, np.ndarray):
-            out[path] = (x.copy(), None)
+            out[path] = (x.copy(), None, None)
         else:
-            out[path] = (x.detach().clone(), None if x.grad is None else x.grad.detach().clone())
+            whole = _storage_bytes(x).clone() if _is_partial_view(x) and x.device.type == "cpu" else None
+            out[path] = (x.detach().clone(), None if x.grad is None else x.grad.detach().clone(), whole)
     return out
 
 
@@ -212,8 +223,10 @@ def _mutations(snapshot: dict, args, kwargs) -> list:
     for path, x in _leaves({"args": list(args), "kwargs": dict(kwargs)}):
         if path not in snapshot:
             continue
-        value, grad = snapshot[path]
-        if _changed(value, x):
+        value, grad, whole = snapshot[path]
+        if whole is not None and not torch.equal(whole, _storage_bytes(x)):
+            out.append((list(path), "storage", _storage_bytes(x).clone()))   # the view and whatever lies around it
+        elif _changed(value, x):
             out.append((list(path), "value", x))
         if torch is not None and isinstance(x, torch.Tensor):
             if (grad is None) != (x.grad is None) or (grad is not None and _changed(grad, x.grad)):
@@ -354,6 +367,11 @@ def _write_back(changes: list, args, kwargs, arrays, session) -> None:
         except (KeyError, IndexError, AttributeError, TypeError):
             continue
         value = decode(tree, arrays, session)
+        if what == "storage":
+            mine = _storage_bytes(target) if isinstance(target, torch.Tensor) else None
+            if mine is not None and mine.numel() == value.numel():
+                mine.copy_(value)
+            continue
         if what == "grad":
             target.grad = None if value is None else value.to(target.device)
         elif isinstance(target, np.ndarray):

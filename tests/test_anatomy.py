@@ -27,7 +27,7 @@ from conftest import ROOT
 LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 CLOSING = ["Summary", "Check yourself", "Further reading"]
-NOT_LIBRARY = {"course_utils.__main__", "course_utils.zero1_demo"}
+NOT_LIBRARY = {"course_utils.__main__", "course_utils.zero1_demo", "course_utils.parallelism_workers", "course_utils.portable"}
 
 
 def ids(paths):

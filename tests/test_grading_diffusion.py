@@ -14,6 +14,7 @@ from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.diffusion_metrics import mmd_rbf
 from course_utils.grading import diffusion as gd
 from conftest import stub, fails_with  # noqa: E402
+from _grading_helpers import each_mistake_is_named  # noqa: E402
 
 
 # ---------------------------------------------------------------- solutions, as in solutions/11, and other right answers
@@ -127,20 +128,7 @@ def test_solution_and_a_different_right_answer_pass_stub_is_not_attempted(key, c
 
 @pytest.mark.parametrize("key", list(CASES))
 def test_every_listed_mistake_is_named_with_its_own_hint(key, monkeypatch):
-    check = CASES[key][0]
-    captured = {}
-    original = gd.check_function
-
-    def spy(fn, ref, make_inputs, **kw):  # the mistakes use the course's copies: feed them unguarded
-        captured["mistakes"] = list(kw.get("mistakes", ()))
-        kw.pop("forbidden", None)
-        return original(fn, ref, make_inputs, **kw)
-
-    monkeypatch.setattr(gd, "check_function", spy)
-    check(CASES[key][1], trials=1)
-    assert captured["mistakes"]
-    for mistake in captured["mistakes"]:
-        fails_with(lambda fn: check(fn, trials=12), mistake.fn, SHARED_HINTS.get(mistake.name, mistake.hint))
+    each_mistake_is_named(gd, CASES[key][0], CASES[key][1], monkeypatch, trials=12, hints=SHARED_HINTS)
 
 
 # Mistakes whose answers coincide with another's on most inputs: both hints name the cause.

@@ -13,6 +13,7 @@ import course_utils.training_memory as tm
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import training_memory as g
 from conftest import stub, fails_with  # noqa: E402
+from _grading_helpers import each_mistake_is_named  # noqa: E402
 
 
 # ---------------------------------------------------------------- the solutions, as in solutions/08
@@ -111,20 +112,7 @@ def test_solution_and_a_different_right_answer_pass_stub_is_not_attempted(key, c
 
 @pytest.mark.parametrize("key", list(CASES))
 def test_every_listed_mistake_is_named_with_its_own_hint(key, monkeypatch):
-    check = CASES[key][0]
-    captured = {}
-    original = g.check_function
-
-    def spy(fn, ref, make_inputs, **kw):  # the mistakes are built from the references: feed them unguarded
-        captured["mistakes"] = list(kw.get("mistakes", ()))
-        kw.pop("forbidden", None)
-        return original(fn, ref, make_inputs, **kw)
-
-    monkeypatch.setattr(g, "check_function", spy)
-    check(CASES[key][1], trials=1)
-    assert captured["mistakes"]
-    for mistake in captured["mistakes"]:
-        fails_with(lambda fn: check(fn, trials=8), mistake.fn, mistake.hint)
+    each_mistake_is_named(g, CASES[key][0], CASES[key][1], monkeypatch, trials=8)
 
 
 HARD_CODED = {

@@ -15,6 +15,7 @@ from course_utils import vae
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import vae as gv
 from conftest import stub, fails_with  # noqa: E402
+from _grading_helpers import each_mistake_is_named  # noqa: E402
 
 
 # ---------------------------------------------------------------- exercise 1
@@ -213,20 +214,7 @@ def test_a_right_answer_written_differently_passes(key, capsys):
 
 @pytest.mark.parametrize("key", list(CASES))
 def test_every_listed_mistake_is_named_with_its_own_hint(key, monkeypatch):
-    check = CASES[key][0]
-    captured = {}
-    original = gv.check_function
-
-    def spy(fn, ref, make_inputs, **kw):  # the mistakes use the course's copies: feed them unguarded
-        captured["mistakes"] = list(kw.get("mistakes", ()))
-        kw.pop("forbidden", None)
-        return original(fn, ref, make_inputs, **kw)
-
-    monkeypatch.setattr(gv, "check_function", spy)
-    check(CASES[key][1], trials=1)
-    assert captured["mistakes"]
-    for mistake in captured["mistakes"]:
-        fails_with(lambda fn: check(fn, trials=6), mistake.fn, mistake.hint)
+    each_mistake_is_named(gv, CASES[key][0], CASES[key][1], monkeypatch, trials=6)
 
 
 @pytest.mark.parametrize("key", list(CASES))

@@ -57,3 +57,19 @@ def test_in_place_changes_are_found_in_lists_and_gradients():
 def test_a_stub_in_the_kernel_is_not_attempted_here(name):
     assert isinstance(remote.remote_error(name, "stub"), NotImplementedError)
     assert not isinstance(remote.remote_error("ValueError", "x"), NotImplementedError)
+
+
+def test_a_write_past_a_view_comes_back_with_the_whole_storage():
+    buffer = torch.zeros(4, 6)
+    out = buffer[1:3, 1:4]                                            # a view into a padded buffer
+    snapshot = remote._snapshot((out,), {})
+    buffer[3, 5] = 7.0                                                # a store past the view's edge
+    out.fill_(1.0)
+    changes = remote._mutations(snapshot, (out,), {})
+    assert [(path, what) for path, what, _ in changes] == [(["args", 0], "storage")]
+    mine = torch.zeros(4, 6)
+    mine_view = mine[1:3, 1:4]
+    arrays: list = []
+    trees = [[p, w, remote.encode(v, arrays)] for p, w, v in changes]
+    remote._write_back(trees, (mine_view,), {}, {f"a{i}": a for i, a in enumerate(arrays)}, None)
+    assert torch.equal(mine, buffer)

@@ -1,0 +1,83 @@
+"""Helpers for the tests of exercise checks (tests/test_grading_*.py)."""
+from __future__ import annotations
+
+import pytest
+
+from course_utils.checks import CheckFailed, NotAttempted
+
+SEED = 12345  # the tests pin seeds so that they are reproducible; the checks themselves draw fresh ones
+
+
+def passes(check, fn, **kwargs):
+    """``check(fn)`` passes on two different seeds and prints one ✅ line each time."""
+    for seed in (SEED, SEED + 1):
+        check(fn, seed=seed, **kwargs)
+
+
+def fails(check, fn, fragment, *, seed=SEED, **kwargs):
+    """``check(fn)`` fails as a wrong answer with a one-line message holding ``fragment``; returns the message."""
+    with pytest.raises(CheckFailed) as info:
+        check(fn, seed=seed, **kwargs)
+    message = str(info.value)
+    assert not isinstance(info.value, NotAttempted), message
+    assert fragment in message, message
+    assert "\n" not in message
+    return message
+
+
+def forbidden(check, fn, name, **kwargs):
+    """``check(fn)`` fails because ``fn`` calls ``name``, which the exercise forbids."""
+    message = fails(check, fn, name, **kwargs)
+    assert "calls " in message and "by hand" in message, message
+    return message
+
+
+def not_attempted(check, fn, **kwargs):
+    with pytest.raises(NotAttempted):
+        check(fn, seed=SEED, **kwargs)
+
+
+class Recorder:
+    """A lookup-table answer: learns the reference's outputs on one run, replays them afterwards."""
+
+    def __init__(self, reference):
+        self.reference, self.table, self.learning = reference, {}, True
+
+    def __call__(self, *args):
+        key = repr(args)
+        if self.learning:
+            self.table[key] = self.reference(*args)
+        return self.table.get(key, next(iter(self.table.values())))
+
+
+def rejects_recorded_answers(check, solution):
+    """A lookup table that replays the answers of one run fails on the next run's fresh inputs."""
+    table = Recorder(solution)
+    check(table, seed=SEED)
+    table.learning = False
+    with pytest.raises(AssertionError):
+        check(table, seed=SEED + 1)
+
+
+def each_mistake_is_named(module, check, solution, monkeypatch, *, trials, hints=None):
+    """Every ``Mistake`` a check lists, fed as the answer, fails with that mistake's own hint.
+
+    The mistakes are built from the course's own references, which the check forbids: they are fed
+    with the guard off (``forbidden`` dropped), so that the value comparison alone is tested.
+    ``hints`` maps a mistake's name to the text expected instead, for mistakes that coincide.
+    """
+    from conftest import fails_with
+
+    captured = {}
+    original = module.check_function
+
+    def spy(fn, ref, make_inputs, **kw):
+        captured["mistakes"] = list(kw.get("mistakes", ()))
+        kw.pop("forbidden", None)
+        return original(fn, ref, make_inputs, **kw)
+
+    monkeypatch.setattr(module, "check_function", spy)
+    check(solution, trials=1)
+    assert captured["mistakes"], "the check lists no named mistakes"
+    for mistake in captured["mistakes"]:
+        fails_with(lambda fn: check(fn, trials=trials), mistake.fn, (hints or {}).get(mistake.name, mistake.hint))
