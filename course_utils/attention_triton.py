@@ -1,17 +1,20 @@
 r"""Topic 06 (FlashAttention), the Triton rung: the forward kernel, its launcher, and the
-``torch.autograd.Function`` that pairs it with the tiled backward.
+``torch.autograd.Function`` that pairs it with the Triton backward of ``course_utils.attention_triton_backward``.
 
 Used by:
 
-* ``notebooks/06_flash_attention.ipynb`` -- writes the kernel, its launcher and the autograd wiring by hand
-  (``*_by_hand``) and asserts they agree with the ones here on fresh inputs;
-* ``benchmarks/attention_gpu.py`` -- :func:`flash_attention_triton` against ``scaled_dot_product_attention``.
+* ``notebooks/06_flash_attention.ipynb`` -- writes the kernels, their launchers and the autograd wiring by hand
+  (``*_by_hand``) and asserts they agree with the ones here on fresh inputs; compiles these for sm_80/sm_90
+  (:func:`compile_attention_kernels`);
+* ``benchmarks/attention_gpu.py`` -- :func:`flash_attention_triton` and :func:`flash_attention` (forward and
+  forward + backward) against ``scaled_dot_product_attention``.
 
 The kernel is the tiled forward of ``course_utils.attention.flash_attention_forward_numpy`` (eq. 6 of lesson
 06) with one program per block of query rows, exponentials in base 2 and a causal mask applied only to
-the key blocks that straddle the diagonal. On a CPU, Triton runs in its interpreter: compute in fp32 (its
-bf16 is wrong) with GPU-legal block sizes (powers of two >= 16). Importing this module switches to the
-interpreter on the CPU tier first, as ``setup()`` does.
+the key blocks that straddle the diagonal. Grouped-query attention: ``k``, ``v`` may have ``H_kv`` heads
+dividing ``q``'s ``H_q``; query head ``h`` reads key/value head ``h // (H_q / H_kv)`` (eq. 15). On a CPU,
+Triton runs in its interpreter: compute in fp32 (its bf16 is wrong) with GPU-legal block sizes (powers of
+two >= 16). Importing this module switches to the interpreter on the CPU tier first, as ``setup()`` does.
 """
 from __future__ import annotations
 
