@@ -1,29 +1,35 @@
-"""FlashAttention (topic 06): the course's Triton forward kernel against scaled_dot_product_attention.
+"""FlashAttention (topic 06): the course's Triton forward and backward kernels against scaled_dot_product_attention.
 
     python benchmarks/attention_gpu.py                 # on a CUDA GPU: the full sweep, JSON under results/
     python benchmarks/attention_gpu.py --dry-run       # anywhere: interpreter run at tiny sizes, no timing
 
-On a CUDA device, for head dims 64 and 128, sequence lengths 1k-16k, causal and not, in bf16, it times
-the forward of ``course_utils.attention_triton.flash_attention_triton`` (best of a few block/warp configurations,
-chosen per case by measurement) and ``torch.nn.functional.scaled_dot_product_attention`` (torch picks its
-flash backend where available) with ``triton.testing.do_bench``, and the forward + backward of both for
-sequence lengths up to ``--backward-max-seq`` (the course's backward is tiled torch code, not a kernel,
-so expect it to be slow). Throughput = matmul FLOPs / time: ``4 B H L^2 D`` forward, 2.5x that backward,
-halved when causal (``course_utils.attention_io.attention_flops``). Batch x heads keep ``B L = 16k`` tokens
-and ``H D = 2048``. Results go to ``benchmarks/results/attention_gpu_<gpu>_<date>.json`` with the GPU
-name, driver, torch and triton versions and the date.
+On a CUDA device, for head dims 64 and 128, sequence lengths 1k-16k, causal and not, and key/value head
+groups of 1 (MHA) and 4 (GQA), in bf16, it times with ``triton.testing.do_bench``:
 
-On the CPU tier (no CUDA device, or ``COURSE_TIER=cpu``), or with ``--dry-run``, it runs the kernel in
-fp32 at tiny sizes (under Triton's interpreter on the CPU tier, compiled on a GPU), checks it against
-SDPA (causal and not, ragged lengths), prints that timing needs CUDA, and exits 0. Needs only torch and triton (plus this repository's ``course_utils`` on the path).
+* the forward of ``course_utils.attention_triton.flash_attention_triton`` (best of a few block/warp
+  configurations, chosen per case by measurement) against ``torch.nn.functional.scaled_dot_product_attention``
+  (torch picks its flash backend where available; ``enable_gqa=True`` for GQA);
+* forward + backward of ``course_utils.attention_triton.flash_attention`` (Triton forward, the Triton
+  backward of ``course_utils.attention_triton_backward``: delta pre-pass, dK/dV kernel, dQ kernel; best
+  of a few backward configurations) against SDPA's, with the inputs' ``.grad`` reset by ``grad_to_none``
+  so that no run pays for accumulating into the last one's gradients.
+
+Throughput = matmul FLOPs / time: ``4 B H L^2 D`` forward, 2.5x that backward, halved when causal
+(``course_utils.attention_io.attention_flops``), also reported as a share of the H200's dense bf16 peak
+(:data:`H200_BF16_DENSE_PEAK`). Every output and gradient (ours and SDPA's) is compared with an fp32
+reference; a variant whose relative error exceeds the bf16 tolerance, or that fails, makes the script exit 1.
+Batch x heads keep ``B L = 16k`` tokens and ``H_q D = 2048``. Results, with ``course_utils.provenance``'s
+machine record, go to a dated ``benchmarks/results/attention_gpu_<gpu>_<date>.json``.
+
+On the CPU tier (no CUDA device, or ``COURSE_TIER=cpu``), or with ``--dry-run``, it runs the kernels in
+fp32 at tiny sizes (under Triton's interpreter on the CPU tier, compiled on a GPU): forward, forward +
+backward and GQA/MQA against SDPA (causal and not, ragged lengths), prints that timing needs CUDA, and
+exits 1 on any mismatch. Needs only torch and triton (plus this repository's ``course_utils`` on the path).
 """
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import platform
-import subprocess
 import sys
 from pathlib import Path
 
@@ -40,117 +46,200 @@ TIER = detect_tier()  # "cpu", "cuda" or "sm90"; COURSE_TIER=cpu forces the CPU 
 # Importing the kernel module switches Triton to its interpreter on the CPU tier before Triton is imported.
 from course_utils import attention_io as aio  # noqa: E402
 from course_utils import attention_triton as att  # noqa: E402
+from course_utils import provenance  # noqa: E402
+from course_utils.checks import tolerance_for  # noqa: E402
 
-CONFIGS = [  # (block_m, block_n, num_warps, num_stages), tried per case on the GPU
+# NVIDIA H200 (and H100) SXM: 1,979 TFLOP/s BF16 tensor core "with sparsity" (NVIDIA H200 Tensor Core GPU
+# datasheet, 2024; H100 datasheet, 2023); dense is half of it.
+H200_BF16_DENSE_PEAK = 989.4e12
+PEAK_SOURCE = "NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOP/s with sparsity, 989.4 dense"
+
+FWD_CONFIGS = [  # (block_m, block_n, num_warps, num_stages), tried per case on the GPU
     (128, 64, 4, 3),
     (128, 64, 8, 3),
     (128, 128, 8, 2),
     (64, 64, 4, 3),
 ]
+BWD_CONFIGS = [  # (block_m, block_n, num_warps, num_stages) of both backward kernels; at d=128 dK/dV spills
+    (64, 64, 8, 2),  # at 64x64 with 4 warps on sm_90 (compiled without a GPU: tests/test_attention_triton.py)
+    (32, 64, 4, 2),
+    (64, 64, 8, 3),
+    (32, 128, 8, 2),
+]
+REL_TOL = tolerance_for(torch.bfloat16)[0]  # relative (Frobenius) error against the fp32 reference
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got.float() - want.float()).norm() / want.float().norm().clamp_min(1e-30)).item()
+
+
+def _grads(fn, q, k, v, do):
+    qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    out = fn(qg, kg, vg)
+    return (out, *torch.autograd.grad(out, (qg, kg, vg), do))
 
 
 def dry_run() -> int:
-    """Interpreter check at tiny sizes: the kernel against SDPA in fp32. Returns the number of failures."""
+    """Interpreter check at tiny sizes: forward, backward and GQA against SDPA in fp32. Returns the failures."""
     torch.manual_seed(0)
     device = "cpu" if TIER == "cpu" else "cuda"
+    rtol, atol = tolerance_for("triton_interpreter", n=128)
     failures = 0
+    cases = [  # (B, H_q, H_kv, L, D, block_m, block_n); 40, 72, 50: not multiples of the blocks
+        ("forward", 1, 2, 2, 40, 16, 16, 16), ("forward", 1, 1, 1, 72, 32, 32, 16),
+        ("backward", 1, 2, 2, 40, 16, 16, 16), ("backward", 1, 1, 1, 72, 32, 32, 16),
+        ("GQA backward", 1, 4, 2, 50, 16, 16, 32), ("MQA backward", 1, 3, 1, 40, 16, 32, 16),
+    ]
     for causal in (False, True):
-        for b, h, l, d, bm, bn in ((1, 2, 40, 16, 16, 16), (1, 1, 72, 32, 32, 16)):  # 40, 72: not multiples of 32
-            q, k, v = (torch.randn(b, h, l, d, device=device) for _ in range(3))
-            out, _ = att.flash_attention_triton(q, k, v, causal=causal, block_m=bm, block_n=bn)
-            ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            err = (out - ref).abs().max().item()
-            ok = torch.allclose(out, ref, rtol=1e-5, atol=1e-5)
+        for kind, b, hq, hkv, l, d, bm, bn in cases:
+            q, do = (torch.randn(b, hq, l, d, device=device) for _ in range(2))
+            k, v = (torch.randn(b, hkv, l, d, device=device) for _ in range(2))
+            gqa = hq != hkv
+            if kind == "forward":
+                got = att.flash_attention_triton(q, k, v, causal=causal, block_m=bm, block_n=bn)[:1]
+                want = (F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa),)
+            else:
+                got = _grads(lambda a, b_, c: att.flash_attention(a, b_, c, causal, None, bm, bn), q, k, v, do)
+                want = _grads(lambda a, b_, c: F.scaled_dot_product_attention(a, b_, c, is_causal=causal,
+                                                                              enable_gqa=gqa), q, k, v, do)
+            err = max((g - w).abs().max().item() for g, w in zip(got, want))
+            ok = all(torch.allclose(g, w, rtol=rtol, atol=atol) for g, w in zip(got, want))
             failures += not ok
-            print(f"dry run: causal={causal!s:5} B={b} H={h} L={l} D={d} blocks={bm}x{bn}: "
-                  f"max |diff| vs SDPA {err:.1e} -> {'ok' if ok else 'MISMATCH'}")
+            print(f"dry run: {kind:<12} causal={causal!s:5} B={b} H_q={hq} H_kv={hkv} L={l} D={d} "
+                  f"blocks={bm}x{bn}: max |diff| vs SDPA {err:.1e} -> {'ok' if ok else 'MISMATCH'}")
     mode = "under the Triton interpreter" if TIER == "cpu" else "on the GPU"
     print(f"timing needs a CUDA GPU: this was a correctness dry run {mode} (fp32, tiny sizes); no results were written.")
     return failures
 
 
-def _driver() -> str:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
-        return out.stdout.strip().splitlines()[0]
-    except Exception:  # noqa: BLE001 - the driver version is informative only
-        return "unknown"
-
-
-def _bench(fn) -> float:
+def _bench(fn, grad_to_none=None) -> float:
     from triton.testing import do_bench
 
-    return do_bench(fn, warmup=25, rep=100, return_mode="median") / 1e3  # seconds (do_bench returns ms)
+    return do_bench(fn, warmup=25, rep=100, grad_to_none=grad_to_none, return_mode="median") / 1e3  # s
 
 
-def gpu_sweep(args) -> dict:
-    import triton
+def _best(configs, run, check, case, key):
+    """Time ``run(config)`` for each config that passes ``check(config)``; returns (seconds, config) or None."""
+    best = None
+    for cfg in configs:
+        try:
+            check(cfg)
+            t = run(cfg)
+        except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory for this config
+            case.setdefault(f"{key}_config_errors", []).append(f"{cfg}: {type(exc).__name__}: {exc!s:.200}")
+            continue
+        if best is None or t < best[0]:
+            best = (t, cfg)
+    return best
 
+
+def one_case(d, seq, causal, group, args, device="cuda", dtype=torch.bfloat16) -> dict:
+    """One shape: forward and forward + backward of ours and SDPA, errors against fp32, best configurations."""
+    b, h = max(1, args.tokens // seq), max(1, args.width // d)
+    hkv = h // group
+    q, do = (torch.randn(b, h, seq, d, device=device, dtype=dtype) for _ in range(2))
+    k, v = (torch.randn(b, hkv, seq, d, device=device, dtype=dtype) for _ in range(2))
+    gqa = group > 1
+    case = {"head_dim": d, "seq": seq, "causal": causal, "batch": b, "heads_q": h, "heads_kv": hkv,
+            "dtype": str(dtype).removeprefix("torch."), "kv_bytes": 2 * k.numel() * k.element_size(),
+            "kv_bytes_mha": 2 * b * h * seq * d * k.element_size()}
+    fwd_flops = aio.attention_flops(b, h, seq, seq, d, causal)
+    bwd_flops = aio.attention_flops(b, h, seq, seq, d, causal, backward=True)
+
+    def sdpa(a, b_, c):
+        return F.scaled_dot_product_attention(a, b_, c, is_causal=causal, enable_gqa=gqa)
+
+    ref32 = _grads(sdpa, q.float(), k.float(), v.float(), do.float()) if seq <= args.backward_max_seq else None
+    ref_o = ref32[0] if ref32 is not None else sdpa(q.float(), k.float(), v.float())
+    case["sdpa_fwd_rel_err"] = rel_err(sdpa(q, k, v), ref_o)
+    t_sdpa = _bench(lambda: sdpa(q, k, v))
+
+    def fwd_check(cfg):
+        err = rel_err(att.flash_attention_triton(q, k, v, causal, None, *cfg)[0], ref_o)
+        case.setdefault("triton_fwd_rel_err", {})[str(cfg)] = err
+        if not err <= REL_TOL:
+            raise AssertionError(f"relative error {err:.3g} > {REL_TOL}")
+
+    best = _best(FWD_CONFIGS, lambda cfg: _bench(lambda: att.flash_attention_triton(q, k, v, causal, None, *cfg)),
+                 fwd_check, case, "fwd")
+    case.update(sdpa_fwd_s=t_sdpa, sdpa_fwd_tflops=fwd_flops / t_sdpa / 1e12,
+                sdpa_fwd_peak_share=fwd_flops / t_sdpa / H200_BF16_DENSE_PEAK)
+    if best is None:
+        case["failed"] = "no forward configuration passed"
+        return case
+    t, fcfg = best
+    case.update(triton_fwd_s=t, triton_fwd_tflops=fwd_flops / t / 1e12, triton_fwd_config=list(fcfg),
+                triton_fwd_peak_share=fwd_flops / t / H200_BF16_DENSE_PEAK, fwd_speed_vs_sdpa=t_sdpa / t)
+    if ref32 is None:
+        return case
+    qg, kg, vg = (x.detach().clone().requires_grad_() for x in (q, k, v))
+
+    def ours(a, b_, c, cfg):
+        bm, bn, warps, stages = cfg
+        return att.flash_attention(a, b_, c, causal, None, *fcfg[:2], launch=dict(
+            num_warps=fcfg[2], num_stages=fcfg[3], bwd_block_m=bm, bwd_block_n=bn, bwd_num_warps=warps,
+            bwd_num_stages=stages))
+
+    def bwd_check(cfg):
+        got = _grads(lambda a, b_, c: ours(a, b_, c, cfg), q, k, v, do)
+        errs = [rel_err(g, w) for g, w in zip(got[1:], ref32[1:])]
+        case.setdefault("triton_grad_rel_err", {})[str(cfg)] = errs
+        if not max(errs) <= REL_TOL:
+            raise AssertionError(f"gradient relative errors {errs} > {REL_TOL}")
+
+    sdpa_grads = _grads(sdpa, q, k, v, do)
+    case["sdpa_grad_rel_err"] = [rel_err(g, w) for g, w in zip(sdpa_grads[1:], ref32[1:])]
+    t_s = _bench(lambda: sdpa(qg, kg, vg).backward(do), grad_to_none=[qg, kg, vg])
+    best = _best(BWD_CONFIGS, lambda cfg: _bench(lambda: ours(qg, kg, vg, cfg).backward(do), grad_to_none=[qg, kg, vg]),
+                 bwd_check, case, "bwd")
+    total = fwd_flops + bwd_flops
+    case.update(sdpa_fwd_bwd_s=t_s, sdpa_fwd_bwd_tflops=total / t_s / 1e12,
+                sdpa_fwd_bwd_peak_share=total / t_s / H200_BF16_DENSE_PEAK)
+    if best is None:
+        case["failed"] = "no backward configuration passed"
+        return case
+    t_o, bcfg = best
+    if device == "cuda":  # measured: the peak memory of one forward + backward (GQA: smaller K, V and their grads)
+        qg.grad = kg.grad = vg.grad = None
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        ours(qg, kg, vg, bcfg).backward(do)
+        torch.cuda.synchronize()
+        case["triton_fwd_bwd_peak_extra_bytes"] = torch.cuda.max_memory_allocated() - base
+    case.update(triton_fwd_bwd_s=t_o, triton_fwd_bwd_tflops=total / t_o / 1e12, triton_bwd_config=list(bcfg),
+                triton_fwd_bwd_peak_share=total / t_o / H200_BF16_DENSE_PEAK, fwd_bwd_speed_vs_sdpa=t_s / t_o)
+    return case
+
+
+def gpu_sweep(args) -> tuple[dict, int]:
     torch.manual_seed(0)
-    dtype = torch.bfloat16
-    cases = []
+    cases, failures = [], 0
     for d in args.head_dims:
         for seq in args.seqs:
             for causal in (False, True):
-                b, h = max(1, args.tokens // seq), max(1, 2048 // d)
-                q, k, v = (torch.randn(b, h, seq, d, device="cuda", dtype=dtype) for _ in range(3))
-                case = {"head_dim": d, "seq": seq, "causal": causal, "batch": b, "heads": h, "dtype": "bfloat16"}
-                fwd_flops = aio.attention_flops(b, h, seq, seq, d, causal)
-                try:
-                    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                    t_sdpa = _bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-                    best = None
-                    for bm, bn, warps, stages in CONFIGS:
-                        try:
-                            out, _ = att.flash_attention_triton(q, k, v, causal, None, bm, bn, warps, stages)
-                            err = (out.float() - ref.float()).abs().max().item()
-                            t = _bench(lambda: att.flash_attention_triton(q, k, v, causal, None, bm, bn, warps, stages))
-                        except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory for this config
-                            case.setdefault("config_errors", []).append(f"{bm}x{bn}/w{warps}/s{stages}: {exc!s:.200}")
-                            continue
-                        if best is None or t < best[0]:
-                            best = (t, (bm, bn, warps, stages), err)
-                    case.update(sdpa_fwd_s=t_sdpa, sdpa_fwd_tflops=fwd_flops / t_sdpa / 1e12)
-                    if best is not None:
-                        t, cfg, err = best
-                        case.update(triton_fwd_s=t, triton_fwd_tflops=fwd_flops / t / 1e12, triton_config=list(cfg),
-                                    triton_max_abs_diff=err, fwd_ratio_vs_sdpa=t_sdpa / t)
-                    if seq <= args.backward_max_seq:
-                        bwd_flops = aio.attention_flops(b, h, seq, seq, d, causal, backward=True)
-                        qg, kg, vg = (t_.detach().requires_grad_() for t_ in (q, k, v))
-                        do = torch.randn_like(q)
-
-                        def sdpa_fb():
-                            F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal).backward(do)
-
-                        def ours_fb():
-                            att.flash_attention(qg, kg, vg, causal, None, 128, 64).backward(do)
-
-                        t_s, t_o = _bench(sdpa_fb), _bench(ours_fb)
-                        case.update(sdpa_fwd_bwd_s=t_s, ours_fwd_bwd_s=t_o,
-                                    sdpa_fwd_bwd_tflops=(fwd_flops + bwd_flops) / t_s / 1e12,
-                                    ours_fwd_bwd_tflops=(fwd_flops + bwd_flops) / t_o / 1e12,
-                                    backward_note="ours: Triton forward + tiled torch backward (no backward kernel)")
-                except Exception as exc:  # noqa: BLE001 - record and go on with the next case
-                    case["error"] = f"{type(exc).__name__}: {exc!s:.300}"
-                cases.append(case)
-                print(json.dumps(case), flush=True)
-                q = k = v = None  # free before the next case
-                torch.cuda.empty_cache()
-    return {
+                for group in args.groups:
+                    try:
+                        case = one_case(d, seq, causal, group, args)
+                    except Exception as exc:  # noqa: BLE001 - record, count, go on with the next case
+                        case = {"head_dim": d, "seq": seq, "causal": causal, "group": group,
+                                "failed": f"{type(exc).__name__}: {exc!s:.300}"}
+                    failures += "failed" in case
+                    cases.append(case)
+                    print(json.dumps(case), flush=True)
+                    torch.cuda.empty_cache()
+    result = {
         "benchmark": "attention_gpu",
-        "gpu": torch.cuda.get_device_name(0),
-        "driver": _driver(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "timer": "triton.testing.do_bench (warmup 25 ms, rep 100 ms), median",
+        "machine": provenance.machine_info(),
+        "timer": "triton.testing.do_bench (warmup 25 ms, rep 100 ms, grad_to_none for backward), median",
         "flops": "4 B H L^2 D forward, x2.5 backward, /2 causal",
+        "peak_flops": H200_BF16_DENSE_PEAK,
+        "peak_source": PEAK_SOURCE,
+        "tolerance": f"relative Frobenius error vs an fp32 SDPA reference <= {REL_TOL} (bf16)",
+        "failures": failures,
         "cases": cases,
     }
+    return result, failures
 
 
 def main(argv=None) -> int:
@@ -158,19 +247,21 @@ def main(argv=None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="interpreter correctness run at tiny sizes, no timing")
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--seqs", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--groups", type=int, nargs="+", default=[1, 4], help="query heads per key/value head")
     parser.add_argument("--tokens", type=int, default=16384, help="batch = tokens // seq")
-    parser.add_argument("--backward-max-seq", type=int, default=4096)
+    parser.add_argument("--width", type=int, default=2048, help="query heads = width // head dim")
+    parser.add_argument("--backward-max-seq", type=int, default=8192)
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.dry_run or TIER == "cpu":
         return 1 if dry_run() else 0
-    result = gpu_sweep(args)
-    name = "".join(c if c.isalnum() else "_" for c in result["gpu"]).strip("_").lower()
-    out = args.output or ROOT / "benchmarks" / "results" / f"attention_gpu_{name}_{dt.date.today():%Y%m%d}.json"
+    result, failures = gpu_sweep(args)
+    name = "".join(c if c.isalnum() else "_" for c in result["machine"]["gpu"]).strip("_").lower()
+    out = args.output or provenance.results_path(f"attention_gpu_{name}")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out}")
-    return 0
+    print(f"wrote {out}; {failures} failing case(s)")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -1,17 +1,20 @@
 r"""Topic 06 (FlashAttention), the Triton rung: the forward kernel, its launcher, and the
-``torch.autograd.Function`` that pairs it with the tiled backward.
+``torch.autograd.Function`` that pairs it with the Triton backward of ``course_utils.attention_triton_backward``.
 
 Used by:
 
-* ``notebooks/06_flash_attention.ipynb`` -- writes the kernel, its launcher and the autograd wiring by hand
-  (``*_by_hand``) and asserts they agree with the ones here on fresh inputs;
-* ``benchmarks/attention_gpu.py`` -- :func:`flash_attention_triton` against ``scaled_dot_product_attention``.
+* ``notebooks/06_flash_attention.ipynb`` -- writes the kernels, their launchers and the autograd wiring by hand
+  (``*_by_hand``) and asserts they agree with the ones here on fresh inputs; compiles these for sm_80/sm_90
+  (:func:`compile_attention_kernels`);
+* ``benchmarks/attention_gpu.py`` -- :func:`flash_attention_triton` and :func:`flash_attention` (forward and
+  forward + backward) against ``scaled_dot_product_attention``.
 
 The kernel is the tiled forward of ``course_utils.attention.flash_attention_forward_numpy`` (eq. 6 of lesson
 06) with one program per block of query rows, exponentials in base 2 and a causal mask applied only to
-the key blocks that straddle the diagonal. On a CPU, Triton runs in its interpreter: compute in fp32 (its
-bf16 is wrong) with GPU-legal block sizes (powers of two >= 16). Importing this module switches to the
-interpreter on the CPU tier first, as ``setup()`` does.
+the key blocks that straddle the diagonal. Grouped-query attention: ``k``, ``v`` may have ``H_kv`` heads
+dividing ``q``'s ``H_q``; query head ``h`` reads key/value head ``h // (H_q / H_kv)`` (eq. 15). On a CPU,
+Triton runs in its interpreter: compute in fp32 (its bf16 is wrong) with GPU-legal block sizes (powers of
+two >= 16). Importing this module switches to the interpreter on the CPU tier first, as ``setup()`` does.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from pathlib import Path
 import torch
 
 from .attention import _scale, flash_attention_backward_tiles, flash_attention_forward_numpy
+from .attention_triton_backward import flash_attention_backward_triton
 from .env import TRITON_MISSING, TritonUnavailable, import_triton
 
 __all__ = [
@@ -33,6 +37,7 @@ __all__ = [
     "FlashAttentionFunction",
     "flash_attention",
     "compile_attention_forward",
+    "compile_attention_kernels",
 ]
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e)), the GPU's native exponential
@@ -72,9 +77,9 @@ if triton is not None:
         stride_qh, stride_qm, stride_kh, stride_kn, stride_vh, stride_vn, stride_oh, stride_om,
         seqlen_q, seqlen_k, scale_log2e,
         CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        DOT_PRECISION: tl.constexpr,
+        DOT_PRECISION: tl.constexpr, GROUP: tl.constexpr = 1,
     ):
-        # grid = (cdiv(L_q, BLOCK_M), B*H): one program per block of query rows of one head.
+        # grid = (cdiv(L_q, BLOCK_M), B*H_q): one program per block of query rows of one head.
         start_m = tl.program_id(0)
         head = tl.program_id(1)
         offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query rows
@@ -83,7 +88,8 @@ if triton is not None:
         m_ok = offs_m < seqlen_q  # ragged last query block
         q = tl.load(q_ptr + head * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
                     mask=m_ok[:, None], other=0.0)  # (BLOCK_M, HEAD_DIM), read once, kept on chip
-        k_base, v_base = k_ptr + head * stride_kh, v_ptr + head * stride_vh
+        kv_head = head // GROUP  # GQA: GROUP consecutive query heads read one key/value head
+        k_base, v_base = k_ptr + kv_head * stride_kh, v_ptr + kv_head * stride_vh
         m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)  # running max, base-2 units
         l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)  # running sum
         acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)  # unnormalised output
@@ -111,23 +117,32 @@ else:  # pragma: no cover
     attention_tile_step = flash_attention_fwd_kernel = None
 
 
+def _check_shapes(q, k, v, causal):
+    if q.dim() != 4 or k.shape != v.shape or k.dim() != 4 or q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"expected q (B, H_q, L_q, D) and k, v (B, H_kv, L_k, D); got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"H_q={q.shape[1]} query heads cannot share H_kv={k.shape[1]} key/value heads evenly")
+    if causal and q.shape[2] != k.shape[2]:
+        raise ValueError("causal attention here needs L_q == L_k")
+
+
 def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                            scale: float | None = None, block_m: int = 16, block_n: int = 16,
                            num_warps: int | None = None, num_stages: int | None = None):
     """Rung 5: launch :func:`flash_attention_fwd_kernel` on ``(B, H, L, D)`` tensors; returns ``(o, lse)``.
 
-    ``lse`` is fp32 ``(B, H, L_q)``. fp32 inputs use an exact (``ieee``) ``tl.dot``; on a GPU pass bf16/fp16
-    (the interpreter's bf16 is wrong, so use fp32 on a CPU). ``D`` and the blocks are powers of two >= 16.
-    ``num_warps`` / ``num_stages`` are passed to the compiled launch on a GPU (the benchmark tunes them).
+    ``k``, ``v`` may have fewer heads than ``q`` (grouped-query attention: ``H_kv`` divides ``H_q``, and
+    query head ``h`` reads key/value head ``h // (H_q / H_kv)``, as ``scaled_dot_product_attention(...,
+    enable_gqa=True)``). ``lse`` is fp32 ``(B, H_q, L_q)``. fp32 inputs use an exact (``ieee``) ``tl.dot``; on a
+    GPU pass bf16/fp16 (the interpreter's bf16 is wrong, so use fp32 on a CPU). ``D`` and the blocks are
+    powers of two >= 16. ``num_warps`` / ``num_stages`` are passed to the compiled launch on a GPU.
     """
     if triton is None:  # pragma: no cover - macOS, Windows, Arm Linux; env.needs_triton turns this into a notice
         raise TritonUnavailable(TRITON_MISSING.format(what="the Triton FlashAttention kernel"))
-    if q.dim() != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"expected q (B, H, Lq, D) and k, v (B, H, Lk, D); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    b, h, lq, d = q.shape
-    lk = k.shape[2]
-    if causal and lq != lk:
-        raise ValueError("causal attention here needs L_q == L_k")
+    _check_shapes(q, k, v, causal)
+    b, hq, lq, d = q.shape
+    hkv, lk = k.shape[1], k.shape[2]
     for name, n in (("head dim", d), ("block_m", block_m), ("block_n", block_n)):
         if n < 16 or n & (n - 1):
             raise ValueError(f"{name}={n}: use a power of two >= 16 (tl.arange and tl.dot need it)")
@@ -137,80 +152,131 @@ def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
         raise TypeError("under the interpreter compute in fp32: its bf16/fp16 results are wrong")
     if max(q.numel(), k.numel()) >= 2 ** 31:
         raise ValueError("tensors too large for the kernel's int32 offsets")
-    q, k, v = (t.contiguous().view(b * h, t.shape[2], d) for t in (q, k, v))  # (B*H, L, D)
-    o = torch.empty_like(q)
-    lse = torch.empty((b * h, lq), device=q.device, dtype=torch.float32)
-    grid = (triton.cdiv(lq, block_m), b * h)
+    q3 = q.contiguous().view(b * hq, lq, d)  # (B*H_q, L_q, D)
+    k3, v3 = (t.contiguous().view(b * hkv, lk, d) for t in (k, v))  # (B*H_kv, L_k, D)
+    o = torch.empty_like(q3)
+    lse = torch.empty((b * hq, lq), device=q.device, dtype=torch.float32)
+    grid = (triton.cdiv(lq, block_m), b * hq)
     launch = {key: val for key, val in (("num_warps", num_warps), ("num_stages", num_stages)) if val is not None}
     flash_attention_fwd_kernel[grid](
-        q, k, v, o, lse,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), o.stride(0), o.stride(1),
+        q3, k3, v3, o, lse,
+        q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), v3.stride(0), v3.stride(1), o.stride(0), o.stride(1),
         lq, lk, _scale(d, scale) * LOG2E,
         CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # tf32 is ignored for 16-bit inputs
-        **launch,
+        GROUP=hq // hkv, **launch,
     )
-    return o.view(b, h, lq, d), lse.view(b, h, lq)
+    return o.view(b, hq, lq, d), lse.view(b, hq, lq)
 
 
 # ---------------------------------------------------------------- rung 6: autograd wiring
+def _kernel_ok(q) -> bool:
+    d = q.shape[-1]
+    return d >= 16 and not d & (d - 1) and triton is not None
+
+
 class FlashAttentionFunction(torch.autograd.Function):
-    """Forward: the Triton kernel (saves only Q, K, V, O and the lse). Backward: the tiled recomputation
-    :func:`flash_attention_backward_tiles` in torch (fp32 accumulation), no Triton backward kernel."""
+    """Forward: the Triton kernel (saves only Q, K, V, O and the lse). Backward: the Triton backward of
+    :mod:`course_utils.attention_triton_backward` (delta pre-pass, dK/dV kernel, dQ kernel).
+
+    float64 (``gradcheck``): the forward is the same algorithm in torch (rung 4; the kernel's accumulators
+    are fp32), the backward the Triton kernels on float64 tiles. A head dim the kernels do not take falls
+    back to the tiled torch backward. GQA: ``k``, ``v`` with ``H_kv`` dividing ``H_q`` heads.
+    """
 
     @staticmethod
-    def forward(ctx, q, k, v, causal=False, scale=None, block_m=16, block_n=16):
-        if q.shape[-1] >= 16 and not q.shape[-1] & (q.shape[-1] - 1) and q.dtype != torch.float64:
-            o, lse = flash_attention_triton(q, k, v, causal, scale, block_m, block_n)
+    def forward(ctx, q, k, v, causal=False, scale=None, block_m=16, block_n=16, launch=None):
+        _check_shapes(q, k, v, causal)
+        launch = dict(launch or {})
+        if _kernel_ok(q) and q.dtype != torch.float64:
+            o, lse = flash_attention_triton(q, k, v, causal, scale, block_m, block_n, launch.get("num_warps"),
+                                            launch.get("num_stages"))
         else:  # float64 (gradcheck) or a head dim the kernel does not take: the same algorithm in torch
-            o, lse = flash_attention_forward_numpy(q, k, v, causal, scale, block_m, block_n)
+            group = q.shape[1] // k.shape[1]
+            o, lse = flash_attention_forward_numpy(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1),
+                                                   causal, scale, block_m, block_n)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.config = (causal, scale, block_m, block_n)
+        ctx.config = (causal, scale, launch.get("bwd_block_m", block_m), launch.get("bwd_block_n", block_n),
+                      launch.get("bwd_num_warps"), launch.get("bwd_num_stages"))
         return o
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse = ctx.saved_tensors
-        causal, scale, block_m, block_n = ctx.config
+        causal, scale, block_m, block_n, warps, stages = ctx.config
+        if _kernel_ok(q):
+            dq, dk, dv = flash_attention_backward_triton(q, k, v, o, lse, do, causal, scale, block_m, block_n,
+                                                         warps, stages)
+            return dq, dk, dv, None, None, None, None, None
+        group = q.shape[1] // k.shape[1]  # pragma: no cover - head dims the kernels do not take
         work = torch.float64 if q.dtype == torch.float64 else torch.float32
-        dq, dk, dv = flash_attention_backward_tiles(*(t.to(work) for t in (q, k, v, o)), lse.to(work), do.to(work),
-                                                    causal, scale, block_m, block_n)
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None
+        dq, dk, dv = flash_attention_backward_tiles(
+            *(t.to(work) for t in (q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), o)),
+            lse.to(work), do.to(work), causal, scale, block_m, block_n)
+        dk, dv = (g.unflatten(1, (k.shape[1], group)).sum(2) for g in (dk, dv))  # GQA: sum over the group
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None
 
 
-def flash_attention(q, k, v, causal: bool = False, scale: float | None = None, block_m: int = 16, block_n: int = 16):
-    """Differentiable FlashAttention on ``(B, H, L, D)`` tensors (see :class:`FlashAttentionFunction`)."""
-    return FlashAttentionFunction.apply(q, k, v, causal, scale, block_m, block_n)
+def flash_attention(q, k, v, causal: bool = False, scale: float | None = None, block_m: int = 16, block_n: int = 16,
+                    launch: dict | None = None):
+    """Differentiable FlashAttention on ``(B, H, L, D)`` tensors (see :class:`FlashAttentionFunction`).
+
+    ``k``, ``v`` may have ``H_kv`` heads dividing ``q``'s ``H_q`` (GQA/MQA). ``launch`` (GPU tuning) may hold
+    ``num_warps``, ``num_stages`` (forward) and ``bwd_block_m``, ``bwd_block_n``, ``bwd_num_warps``,
+    ``bwd_num_stages`` (backward).
+    """
+    return FlashAttentionFunction.apply(q, k, v, causal, scale, block_m, block_n, launch)
 
 
 # ---------------------------------------------------------------- the kernel compiled for a GPU, without one
 _FWD_ARGS = ["q_ptr", "k_ptr", "v_ptr", "o_ptr", "lse_ptr", "stride_qh", "stride_qm", "stride_kh", "stride_kn",
              "stride_vh", "stride_vn", "stride_oh", "stride_om", "seqlen_q", "seqlen_k", "scale_log2e"]
+_BWD_STRIDES = ["stride_qh", "stride_qm", "stride_kh", "stride_kn", "stride_vh", "stride_vn", "stride_doh", "stride_dom"]
+_DKDV_ARGS = (["q_ptr", "k_ptr", "v_ptr", "do_ptr", "lse_ptr", "delta_ptr", "dk_ptr", "dv_ptr"] + _BWD_STRIDES
+              + ["stride_dkh", "stride_dkn", "stride_dvh", "stride_dvn", "seqlen_q", "seqlen_k", "scale"])
+_DQ_ARGS = (["q_ptr", "k_ptr", "v_ptr", "do_ptr", "lse_ptr", "delta_ptr", "dq_ptr"] + _BWD_STRIDES
+            + ["stride_dqh", "stride_dqm", "seqlen_q", "seqlen_k", "scale"])
 
 
-def _compile_here(arch: int, causal: bool = True, head_dim: int = 128, block_m: int = 128, block_n: int = 64,
-                  num_warps: int = 8, num_stages: int = 3, dtype: str = "bf16"):
+def _signature(kernel: str, dtype: str) -> tuple[list[str], dict[str, str]]:
+    """Argument names and Triton types of one of the course's attention kernels (``fwd``, ``dkdv``, ``dq``)."""
+    if kernel == "fwd":
+        return _FWD_ARGS, dict(zip(_FWD_ARGS, [f"*{dtype}"] * 4 + ["*fp32"] + ["i32"] * 10 + ["fp32"]))
+    names = _DKDV_ARGS if kernel == "dkdv" else _DQ_ARGS
+    ptrs = [n for n in names if n.endswith("_ptr")]
+    types = {n: "*fp32" if n in ("lse_ptr", "delta_ptr") else f"*{dtype}" for n in ptrs}
+    types.update({n: "i32" for n in names if n.startswith(("stride", "seqlen"))}, scale="fp32")
+    return names, types
+
+
+def _compile_here(arch: int, kernel: str = "fwd", causal: bool = True, head_dim: int = 128, block_m: int = 128,
+                  block_n: int = 64, num_warps: int = 8, num_stages: int = 3, dtype: str = "bf16", group: int = 1):
+    from .attention_triton_backward import flash_attention_bwd_dkdv_kernel, flash_attention_bwd_dq_kernel
     from .gpu_compile import compile_for
 
-    signature = dict(zip(_FWD_ARGS, [f"*{dtype}"] * 4 + ["*fp32"] + ["i32"] * 10 + ["fp32"]))
+    fn = {"fwd": flash_attention_fwd_kernel, "dkdv": flash_attention_bwd_dkdv_kernel,
+          "dq": flash_attention_bwd_dq_kernel}[kernel]
+    names, signature = _signature(kernel, dtype)
     constexprs = {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_M": block_m, "BLOCK_N": block_n,
-                  "DOT_PRECISION": "ieee" if dtype == "fp32" else "tf32"}
+                  "DOT_PRECISION": "ieee" if dtype == "fp32" else "tf32", "GROUP": group}
     signature.update(dict.fromkeys(constexprs, "constexpr"))
-    return compile_for(flash_attention_fwd_kernel, arch=arch, signature=signature, constexprs=constexprs,
-                       divisible=_FWD_ARGS[:13], num_warps=num_warps, num_stages=num_stages, sass=False)
+    divisible = [n for n in names if n.endswith("_ptr") or n.startswith("stride")]  # aligned, multiples of 16
+    return compile_for(fn, arch=arch, signature=signature, constexprs=constexprs, divisible=divisible,
+                       num_warps=num_warps, num_stages=num_stages, sass=False)
 
 
-def compile_attention_forward(configs: list[dict]) -> list:
-    """Compile :func:`flash_attention_fwd_kernel` for GPUs this machine may not have (``course_utils.gpu_compile``).
+def compile_attention_kernels(configs: list[dict]) -> list:
+    """Compile the course's attention kernels for GPUs this machine may not have (``course_utils.gpu_compile``).
 
-    Each config holds ``arch`` (80, 90, ...) and optionally ``causal``, ``head_dim``, ``block_m``, ``block_n``,
-    ``num_warps``, ``num_stages`` and ``dtype`` (``"bf16"``); returns one ``gpu_compile.Compiled`` per config
-    (registers, spills, shared memory, ``mma.sync``/``wgmma``...). Under Triton's interpreter (the CPU tier)
-    the compile runs in a fresh process that selects the compiler, since ``compile_for`` cannot compile
-    a kernel that calls a ``@triton.jit`` helper while the interpreter is on.
+    Each config holds ``arch`` (80, 90, ...), ``kernel`` (``"fwd"``, ``"dkdv"`` or ``"dq"``; default ``"fwd"``)
+    and optionally ``causal``, ``head_dim``, ``block_m``, ``block_n``, ``num_warps``, ``num_stages``, ``group``
+    and ``dtype`` (``"bf16"``); returns one ``gpu_compile.Compiled`` per config (registers, spills, shared
+    memory, ``mma.sync``/``wgmma``...). Under Triton's interpreter (the CPU tier) all configs compile in one
+    fresh process that selects the compiler, since ``compile_for`` cannot compile a kernel that calls a
+    ``@triton.jit`` helper while the interpreter is on.
     """
     if triton is None:
-        raise TritonUnavailable(TRITON_MISSING.format(what="compiling the Triton FlashAttention kernel"))
+        raise TritonUnavailable(TRITON_MISSING.format(what="compiling the Triton FlashAttention kernels"))
     from triton import knobs
 
     if not knobs.runtime.interpret:
@@ -225,5 +291,10 @@ def compile_attention_forward(configs: list[dict]) -> list:
                          env=env, timeout=900)
     if out.returncode != 0:
         lines = out.stderr.decode(errors="replace").strip().splitlines()
-        raise RuntimeError(f"compiling the attention kernel failed: {lines[-1] if lines else out.returncode}")
+        raise RuntimeError(f"compiling the attention kernels failed: {lines[-1] if lines else out.returncode}")
     return pickle.loads(out.stdout)
+
+
+def compile_attention_forward(configs: list[dict]) -> list:
+    """:func:`compile_attention_kernels` for the forward kernel (each config's ``kernel`` defaults to ``"fwd"``)."""
+    return compile_attention_kernels([{"kernel": "fwd", **config} for config in configs])

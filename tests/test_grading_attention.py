@@ -352,3 +352,63 @@ def test_sliding_window_attention():
     fails_with(check, lambda q, k, v, w: sliding(q, k, v, q.shape[0] + 1), "plain causal")
     forbidden(check, lambda q, k, v, w: at.softmax_safe(sliding(q, k, v, w)), "course_utils.attention.softmax_safe")
     assert_hard_coded_fails(check, sliding_solution)
+
+
+# ---------------------------------------------------------------- exercise 7: one tile of the dK/dV kernel
+from course_utils.grading import attention_backward as gab  # noqa: E402
+
+
+def dkdv_tile_solution(k, v, q, o, do, lse):
+    tau = 1 / math.sqrt(q.shape[1])
+    p = np.exp(tau * q @ k.T - lse[:, None])                # (bm, bn)
+    ds = p * (do @ v.T - (do * o).sum(-1)[:, None])          # (bm, bn)
+    return tau * ds.T @ q, p.T @ do
+
+
+def dkdv_tile_transposed_layout(k, v, q, o, do, lse):  # right, written differently: the kernel's P^T tiles
+    tau = 1 / math.sqrt(q.shape[1])
+    delta = np.einsum("md,md->m", do, o)
+    pt = np.exp(tau * k @ q.T - lse[None, :])               # (bn, bm)
+    dst = pt * (v @ do.T - delta[None, :])
+    return (dst @ q) * tau, pt @ do
+
+
+def dkdv_tile_torch_autograd(k, v, q, o, do, lse):  # the shortcut: differentiate the tile's share with autograd
+    kt, vt = (torch.from_numpy(x).requires_grad_() for x in (k, v))
+    qt, dot = torch.from_numpy(q), torch.from_numpy(do)
+    p = torch.exp(qt @ kt.T / math.sqrt(q.shape[1]) - torch.from_numpy(lse)[:, None])
+    dk, dv = torch.autograd.grad((p @ vt * dot).sum(), (kt, vt))
+    return dk.numpy(), dv.numpy()
+
+
+def test_dkdv_tile():
+    check = gab.check_dkdv_tile
+    check(dkdv_tile_solution, quiet=True)
+    check(dkdv_tile_transposed_layout, trials=8, quiet=True)
+    with pytest.raises(NotAttempted):
+        check(stub)
+    g = gab._tile_grads
+    fails_with(check, lambda k, v, q, o, do, lse: g(k, v, q, o, do, lse, delta="none"), "dropped delta")
+    fails_with(check, lambda k, v, q, o, do, lse: g(k, v, q, o, do, lse, delta="tile"), "over ALL keys")
+    fails_with(check, lambda k, v, q, o, do, lse: g(k, v, q, o, do, lse, scale=math.sqrt(q.shape[1])),
+               "missing the 1/sqrt(d)")
+    fails_with(check, lambda k, v, q, o, do, lse: g(k, v, q, o, do, lse, scale=1 / math.sqrt(q.shape[1])), "twice")
+    fails_with(check, lambda k, v, q, o, do, lse: g(k, v, q, o, do, lse, dk_t=False), "not dS Q")
+    fails_with(check, lambda k, v, q, o, do, lse: g(k, v, q, o, do, lse, dv_t=False), "not P dO")
+    fails_with(check, lambda k, v, q, o, do, lse: g(k, v, q, o, do, lse, lse_axis=1), "query rows")
+    fails_with(check, lambda k, v, q, o, do, lse: g(k, v, q, o, do, lse, delta="none", scale=math.sqrt(q.shape[1])),
+               "two slips")
+    forbidden(check, dkdv_tile_torch_autograd, "torch.autograd.grad")
+    assert_hard_coded_fails(check, dkdv_tile_solution)
+
+
+def test_dkdv_tile_inputs_need_the_prepass():
+    """The tile is one of several key blocks, so its rows of P sum to less than 1 (and the tile's own
+    rowsum(P * dP) is not delta); tiles are square and not."""
+    seen = []
+    gab.check_dkdv_tile(lambda *a: (seen.append(a), gab._reference_dkdv_tile(*a))[1], seed=7, trials=4, quiet=True)
+    for k, v, q, o, do, lse in seen:
+        p = np.exp(q @ k.T / math.sqrt(q.shape[1]) - lse[:, None])
+        assert (p.sum(-1) < 1 - 1e-6).all()
+        assert not np.allclose((p * (do @ v.T)).sum(-1), (do * o).sum(-1))
+    assert {a[2].shape[0] == a[0].shape[0] for a in seen} == {True, False}
