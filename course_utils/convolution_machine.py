@@ -9,8 +9,9 @@ from these), :mod:`course_utils.convolution_compiled` and ``benchmarks/conv_cpu.
 * :func:`register_tile_shape`: the largest ``mr x nr`` tile that fits the vector registers (lesson eq. 8);
 * :func:`sane_caches`: the sysfs cache sizes with a plausibility check on the last level (a virtual
   machine may report its host socket's whole L3);
-* :func:`prefer_wide_vectors` and :func:`register_tile`: two Numba details (let LLVM use 512-bit vectors;
-  a small array on the stack, which the compiler can keep in registers).
+* :func:`prefer_wide_vectors`, :func:`prefer_workqueue_threads` and :func:`register_tile`: three Numba details (let
+  LLVM use 512-bit vectors; keep Numba's threads off torch's OpenMP pool; a small array on the stack, which the
+  compiler can keep in registers). The first two run when this module is imported.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 __all__ = ["cpu_flags", "vector_isa", "measure_clock_ghz", "derived_peak_gflops", "register_tile_shape",
-           "sane_caches", "MAX_L3_PER_CORE", "prefer_wide_vectors", "register_tile"]
+           "sane_caches", "MAX_L3_PER_CORE", "prefer_wide_vectors", "prefer_workqueue_threads", "register_tile"]
 
 # The largest last-level cache per core any shipping x86 server part has (AMD's 3D V-Cache EPYCs: 1152 MiB over
 # 96 cores = 12 MiB); Intel Xeons have 1.5 to 5 MiB per core. A per-core share above this is the host's, not ours.
@@ -138,6 +139,19 @@ def prefer_wide_vectors() -> str | None:
     return os.environ["NUMBA_CPU_FEATURES"]
 
 
+def prefer_workqueue_threads() -> None:
+    """Run Numba's ``prange`` loops on its own ``workqueue`` threads rather than on OpenMP (before the first parallel run).
+
+    PyTorch keeps OpenMP threads of its own; with Numba's OpenMP layer as well, the two pools compete for the same
+    cores, and on the course's 2-core machine the compiled GEMM ran 5 to 10x slower on two threads than on one.
+    With ``workqueue`` it ran faster on two, as it should.
+    """
+    os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
+    import numba
+
+    numba.config.reload_config()
+
+
 def _make_register_tile():
     from numba import types
     from numba.core import cgutils
@@ -168,4 +182,5 @@ def _make_register_tile():
 
 
 prefer_wide_vectors()   # on import, before anything creates Numba's code generator (defining an intrinsic does)
+prefer_workqueue_threads()
 register_tile = _make_register_tile()
