@@ -24,7 +24,7 @@ from .convolution_machine import register_tile, register_tile_shape, vector_isa 
 import numba  # noqa: E402  (after convolution_machine, which configures Numba's code generation)
 
 __all__ = ["MR", "NR", "BLOCKS", "pack_a", "pack_b", "micro_kernel", "gemm_compiled", "gemm_compiled_parallel",
-           "conv2d_im2col_compiled", "conv2d_direct_compiled", "pack_b_from_image", "aligned_empty"]
+           "conv2d_im2col_compiled", "conv2d_direct_compiled", "pack_b_from_image", "aligned_empty", "workspace"]
 
 _ISA = vector_isa()
 MR, NR = register_tile_shape(_ISA["registers"], _ISA["fp32_lanes"])   # lesson eq. (8): 6 x 64 with AVX-512
@@ -101,6 +101,19 @@ def aligned_empty(shape, align=64):
     return raw[start:start + count].reshape(shape)
 
 
+_WORKSPACE: dict = {}
+
+
+def workspace(name, shape):
+    """A packing buffer kept between calls, as BLAS libraries keep theirs: a fresh multi-MiB buffer per call costs a
+    page fault per 4 KiB on first touch, which at the lesson's realistic layer is a visible share of a 3 ms GEMM.
+    Not thread-safe across Python threads (each call of the parallel versions is one Python call)."""
+    buf = _WORKSPACE.get(name)
+    if buf is None or buf.shape != tuple(shape):
+        buf = _WORKSPACE[name] = aligned_empty(tuple(shape))
+    return buf
+
+
 def _check(a, b):
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"need (m, k) @ (k, n), got {a.shape} @ {b.shape}")
@@ -118,8 +131,8 @@ def gemm_compiled(a, b, mc=BLOCKS["mc"], kc=BLOCKS["kc"], nc=BLOCKS["nc"]):
     mc, kc, nc = _clamp(a.shape[0], a.shape[1], b.shape[1], mc, kc, nc)
     c = aligned_empty((a.shape[0], b.shape[1]))
     c[:] = 0.0
-    a_buf = aligned_empty((-(-mc // MR), kc, MR))         # the packed A block, reused
-    b_buf = aligned_empty((-(-nc // NR), kc, NR))         # the packed B panel, reused
+    a_buf = workspace("a", (-(-mc // MR), kc, MR))         # the packed A block, reused
+    b_buf = workspace("b", (-(-nc // NR), kc, NR))         # the packed B panel, reused
     _gemm_loops(a, b, c, mc, kc, nc, a_buf, b_buf)
     return c
 
@@ -149,8 +162,8 @@ def gemm_compiled_parallel(a, b, mc=BLOCKS["mc"], kc=BLOCKS["kc"], nc=BLOCKS["nc
     mc, kc, nc = _clamp(a.shape[0], a.shape[1], b.shape[1], mc, kc, nc)
     c = aligned_empty((a.shape[0], b.shape[1]))
     c[:] = 0.0
-    a_buf = aligned_empty((-(-mc // MR), kc, MR))
-    b_buf = aligned_empty((-(-nc // NR), kc, NR))
+    a_buf = workspace("a", (-(-mc // MR), kc, MR))
+    b_buf = workspace("b", (-(-nc // NR), kc, NR))
     _gemm_loops_parallel(a, b, c, mc, kc, nc, a_buf, b_buf)
     return c
 
@@ -230,8 +243,8 @@ def conv2d_direct_compiled(x, w, stride=1, padding=0, dilation=1, threads=None,
     wmat = np.ascontiguousarray(w.reshape(c_out, -1), dtype=np.float32)         # (C_out, K)
     mc, kc, nc = _clamp(c_out, wmat.shape[1], n * oh * ow, mc, kc, nc)
     c = np.zeros((c_out, n * oh * ow), np.float32)                             # (C_out, N*OH*OW)
-    a_buf = aligned_empty((-(-mc // MR), kc, MR))
-    b_buf = aligned_empty((-(-nc // NR), kc, NR))
+    a_buf = workspace("a", (-(-mc // MR), kc, MR))
+    b_buf = workspace("b", (-(-nc // NR), kc, NR))
     before = numba.get_num_threads()
     numba.set_num_threads(threads or numba.config.NUMBA_NUM_THREADS)
     try:
