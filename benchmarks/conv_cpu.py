@@ -145,13 +145,13 @@ def cpu_model(threads: int) -> dict:
 
 
 def print_rows(rows: list[dict]) -> None:
-    print(f"{'rung':<32}{'time':>10}{'GFLOP/s':>10}{'vs np.matmul':>24}{'vs F.conv2d':>24}   (speed ratios)")
+    print(f"{'rung':<32}{'time':>10}{'GFLOP/s':>11}  {'vs np.matmul':<28}{'vs F.conv2d':<28}(speed ratios, median [min, max])")
     for r in rows:
         cells = []
         for key in ("vs_matmul", "vs_conv2d"):
             v = r.get(key)
             cells.append(f"{v['median']:.3g} [{v['min']:.3g}, {v['max']:.3g}]" if v else "")
-        print(f"{r['name']:<32}{bench.format_seconds(r['seconds']):>10}{r['gflops']:>10.3g}{cells[0]:>24}{cells[1]:>24}")
+        print(f"{r['name']:<32}{bench.format_seconds(r['seconds']):>10}{r['gflops']:>11.3g}  {cells[0]:<28}{cells[1]:<28}")
 
 
 def main(argv=None) -> int:
