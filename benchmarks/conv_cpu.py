@@ -1,22 +1,26 @@
-"""Convolution rungs side by side on the CPU (topic 03): GFLOP/s and the ratio to torch's conv2d.
+"""Convolution rungs side by side on the CPU (topic 03): GFLOP/s and each rung's ratio to np.matmul and to F.conv2d.
 
-    python benchmarks/conv_cpu.py                          # default layer shapes, one thread
-    python benchmarks/conv_cpu.py --threads 2 --output benchmarks/results/conv_cpu.json
-    python benchmarks/conv_cpu.py --shapes 1x64x56x56:64x3x1x1 --repeats 5
+    python benchmarks/conv_cpu.py                          # default layer shapes, one thread, 3 rounds
+    python benchmarks/conv_cpu.py --threads 2 --output auto          # all rungs multi-threaded, dated JSON in results/
+    python benchmarks/conv_cpu.py --shapes 1x64x56x56:64x3x1x1 --repeats 5 --rounds 5
 
 Rungs (as in notebooks/03_convolution.ipynb): 1 naive loops (timed on a reduced layer with the same
 kernel and channel counts and extrapolated by FLOP ratio, as the full layer would take minutes), 2
-vectorized inner loops, 3 im2col + one NumPy GEMM, 4 im2col + the NumPy Goto-blocked GEMM, 5
-torch.nn.functional.conv2d (the reference). Times are the best of ``--repeats`` runs. The Triton rung
-is left out here: on a CPU it runs in the interpreter, whose time is not a speed.
+vectorized inner loops, 3 im2col + one NumPy GEMM, 4 im2col + the NumPy Goto-blocked GEMM, 4c im2col + the
+compiled (Numba) Goto GEMM, 4d the compiled direct (implicit-GEMM) convolution, 5
+torch.nn.functional.conv2d (the reference). Per layer it also times ``np.matmul`` on the layer's GEMM
+(``(C_out, K) @ (K, N*OH*OW)``, the column matrix built beforehand), and first the compiled GEMM against
+``np.matmul`` at 1024^3. All of it alternates in ``--rounds`` rounds (each rung the best of ``--repeats``
+calls), so that a busy neighbour on a shared machine slows every rung of a round; ratios are per round and
+the table gives their median and range. The machine record (provenance.machine_info) adds the CPU's
+vector ISA, a measured clock, eq. (8)'s derived peak and the caches with the VM sanity check. The Triton
+rung is left out: on a CPU it runs in the interpreter, whose time is not a speed.
 """
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import platform
+import statistics
 import sys
 from pathlib import Path
 
@@ -27,6 +31,9 @@ import torch.nn.functional as F
 from course_utils import bench
 from course_utils import convolution as cv
 from course_utils import convolution_blocking as blk
+from course_utils import convolution_compiled as cc
+from course_utils import convolution_machine as mach
+from course_utils import provenance
 
 # name: (N, C_in, H, W), (C_out, KH, stride, padding)
 DEFAULT_SHAPES = [
@@ -50,10 +57,6 @@ def layer_flops(x_shape, w_shape, stride: int, padding: int) -> int:
     return bench.conv2d_flops(x_shape[0], x_shape[1], w_shape[0], oh, ow, w_shape[2], w_shape[3])
 
 
-def best_time(fn, repeats: int) -> float:
-    return bench.time_cpu(fn, warmup=1, repeats=repeats, max_seconds=5.0).best
-
-
 def naive_seconds_per_flop(c_in: int, c_out: int, k: int, stride: int, padding: int, rng) -> tuple[float, str]:
     """Time the loops on a reduced layer (at most 8 channels each way, an 8x8 output) and divide by its FLOPs."""
     ci, co = min(c_in, 8), min(c_out, 8)
@@ -64,88 +67,137 @@ def naive_seconds_per_flop(c_in: int, c_out: int, k: int, stride: int, padding: 
     return t / layer_flops(x.shape, w.shape, stride, padding), f"1x{ci}x{side}x{side} * {co}x{ci}x{k}x{k}"
 
 
-def run_shape(text: str, repeats: int, rng) -> dict:
+def alternate(rungs: dict, rounds: int, repeats: int) -> dict:
+    """Best time of ``repeats`` calls per rung, per round, the rungs alternating: ``{name: [seconds per round]}``."""
+    seconds = {name: [] for name in rungs}
+    for _ in range(rounds):
+        for name, fn in rungs.items():
+            seconds[name].append(bench.time_cpu(fn, warmup=2, repeats=repeats, max_seconds=5.0).best)
+    return seconds
+
+
+def summarize(flops: float, seconds: dict, matmul: str, conv2d: str | None) -> list[dict]:
+    """Per rung: median GFLOP/s over rounds, and its per-round speed ratios to the ``matmul`` and ``conv2d`` rungs."""
+    rows = []
+    for name, times in seconds.items():
+        row = {"name": name, "seconds": statistics.median(times), "seconds_per_round": times,
+               "gflops": bench.gflops(flops, statistics.median(times))}
+        for key, ref in (("vs_matmul", matmul), ("vs_conv2d", conv2d)):
+            if ref is not None and ref in seconds:
+                ratios = [r / t for t, r in zip(times, seconds[ref])]
+                row[key] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+        rows.append(row)
+    return rows
+
+
+def gemm_square(n: int, threads: int, rounds: int, repeats: int, rng) -> dict:
+    """The compiled Goto GEMM (every FLOP in course_utils.convolution_compiled) against np.matmul at n^3, fp32."""
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    b = (rng.standard_normal((n, n)) / n ** 0.5).astype(np.float32)
+    ours = cc.gemm_compiled_parallel if threads > 1 else cc.gemm_compiled
+    np.testing.assert_allclose(ours(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    seconds = alternate({"compiled Goto GEMM (course)": lambda: ours(a, b), "np.matmul": lambda: a @ b}, rounds, repeats)
+    return {"shape": f"{n}x{n}x{n}", "gflop": 2 * n ** 3 / 1e9,
+            "rungs": summarize(2 * n ** 3, seconds, "np.matmul", None)}
+
+
+def run_shape(text: str, repeats: int, rounds: int, threads: int, rng) -> dict:
     x_shape, w_shape, stride, padding = parse_shape(text)
     x = rng.standard_normal(x_shape).astype(np.float32)
-    w = rng.standard_normal(w_shape).astype(np.float32)
+    w = (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(np.float32)
     xt, wt = torch.from_numpy(x), torch.from_numpy(w)
     flops = layer_flops(x_shape, w_shape, stride, padding)
     want = F.conv2d(xt, wt, stride=stride, padding=padding).numpy()
+    wmat, cols = w.reshape(w.shape[0], -1), np.ascontiguousarray(cv.im2col(x, w.shape[2], w.shape[3], stride, padding))
     rungs = {
         "2 numpy vectorized": lambda: cv.conv2d_vectorized(x, w, stride, padding),
         "3 numpy im2col + GEMM": lambda: cv.conv2d_im2col(x, w, stride, padding),
         "4 numpy blocked GEMM": lambda: blk.conv2d_blocked(x, w, stride, padding, **BLOCKS),
+        "4c im2col + compiled GEMM": lambda: cc.conv2d_im2col_compiled(x, w, stride, padding, parallel=threads > 1),
+        "4d compiled direct conv": lambda: cc.conv2d_direct_compiled(x, w, stride, padding, threads=threads),
         "5 torch F.conv2d": lambda: F.conv2d(xt, wt, stride=stride, padding=padding),
     }
-    seconds = {}
-    spf, reduced = naive_seconds_per_flop(x_shape[1], w_shape[0], w_shape[2], stride, padding, rng)
-    seconds["1 loops (extrapolated)"] = spf * flops
     for name, fn in rungs.items():
         out = fn()
         out = out.numpy() if isinstance(out, torch.Tensor) else out
-        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-3)  # fp32 sums of up to 3k terms, another order
-        seconds[name] = best_time(fn, repeats)
-    ref = seconds["5 torch F.conv2d"]
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4, err_msg=name)  # fp32 sums of up to 3k O(1) terms
+    rungs["np.matmul on the layer's GEMM"] = lambda: wmat @ cols
+    spf, reduced = naive_seconds_per_flop(x_shape[1], w_shape[0], w_shape[2], stride, padding, rng)
+    seconds = {"1 loops (extrapolated)": [spf * flops] * rounds}
+    seconds.update(alternate(rungs, rounds, repeats))
     return {
         "shape": text,
         "x": list(x_shape), "w": list(w_shape), "stride": stride, "padding": padding,
         "gflop": flops / 1e9,
         "naive_timed_on": reduced,
-        "rungs": [
-            {"name": name, "seconds": s, "gflops": bench.gflops(flops, s), "ratio_to_conv2d": s / ref}
-            for name, s in seconds.items()
-        ],
+        "rungs": summarize(flops, seconds, "np.matmul on the layer's GEMM", "5 torch F.conv2d"),
     }
 
 
-def machine_info(threads: int) -> dict:
-    caches = blk.cache_sizes()
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu, "cores": os.cpu_count(), "threads_used": threads,
-        "caches": caches, "python": platform.python_version(), "numpy": np.__version__,
-        "torch": torch.__version__, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
-    }
+def cpu_model(threads: int) -> dict:
+    """What the compiled rungs are tuned to: ISA, measured clock, eq. (8)'s peak, caches with the VM check."""
+    isa = mach.vector_isa()
+    clock = mach.measure_clock_ghz()
+    return {"isa": isa, "clock_ghz_measured": clock, "register_tile": [cc.MR, cc.NR], "blocks": cc.BLOCKS,
+            "derived_peak_gflops_per_core": mach.derived_peak_gflops(1, isa["fp32_lanes"], isa["fma_units"], clock),
+            "derived_peak_gflops_threads_used": mach.derived_peak_gflops(threads, isa["fp32_lanes"], isa["fma_units"], clock),
+            "caches": mach.sane_caches(blk.cache_sizes())}
+
+
+def print_rows(rows: list[dict]) -> None:
+    print(f"{'rung':<32}{'time':>10}{'GFLOP/s':>11}  {'vs np.matmul':<28}{'vs F.conv2d':<28}(speed ratios, median [min, max])")
+    for r in rows:
+        cells = []
+        for key in ("vs_matmul", "vs_conv2d"):
+            v = r.get(key)
+            cells.append(f"{v['median']:.3g} [{v['min']:.3g}, {v['max']:.3g}]" if v else "")
+        print(f"{r['name']:<32}{bench.format_seconds(r['seconds']):>10}{r['gflops']:>11.3g}  {cells[0]:<28}{cells[1]:<28}")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", default=DEFAULT_SHAPES,
                         help="NxCxHxW:C_OUTxKxSTRIDExPADDING (default: three ResNet-50 layers)")
-    parser.add_argument("--threads", type=int, default=1, help="threads for torch and NumPy's BLAS (default 1)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per rung; the best is kept")
-    parser.add_argument("--output", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--threads", type=int, default=1, help="threads for torch, NumPy's BLAS and Numba (default 1)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per rung and round; the best is kept")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds in which all rungs alternate (default 3)")
+    parser.add_argument("--gemm-size", type=int, default=1024, help="square GEMM size for compiled vs np.matmul (0: skip)")
+    parser.add_argument("--output", help="also write the results as JSON here ('auto': a dated file in benchmarks/results/)")
     args = parser.parse_args(argv)
 
+    import numba
+
     torch.set_num_threads(args.threads)
+    numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     try:
         from threadpoolctl import threadpool_limits  # installed with scikit-learn
         threadpool_limits(args.threads)
     except ImportError:  # pragma: no cover
         print("threadpoolctl missing: NumPy's BLAS uses its default thread count", file=sys.stderr)
     rng = np.random.default_rng(0)
-    info = machine_info(args.threads)
-    print(f"{info['cpu']} | {args.threads} thread(s) | numpy {info['numpy']} | torch {info['torch']}")
-    results = []
+    model = cpu_model(args.threads)
+    info = provenance.machine_info(threads=args.threads, extra={"cpu_model": model, "numba": numba.__version__,
+                                                                 "rounds": args.rounds, "repeats": args.repeats})
+    isa = model["isa"]
+    print(f"{info['cpu']} | {args.threads} thread(s) | numpy {info['numpy']} | torch {info['torch']} | numba {numba.__version__}")
+    print(f"{isa['isa']}, {isa['fp32_lanes']} lanes x {isa['fma_units']} FMA units, clock {model['clock_ghz_measured']:.2f} GHz "
+          f"(measured) -> derived peak {model['derived_peak_gflops_per_core']:.0f} GFLOP/s per core, "
+          f"{model['derived_peak_gflops_threads_used']:.0f} on {args.threads} thread(s); L3: {model['caches']['L3_note']}")
+    results = {"gemm": None, "layers": []}
+    if args.gemm_size:
+        results["gemm"] = gemm_square(args.gemm_size, args.threads, args.rounds, args.repeats, rng)
+        print(f"\nGEMM {results['gemm']['shape']} fp32, {args.rounds} rounds (ratio: median [min-max] over rounds)")
+        print_rows(results["gemm"]["rungs"])
     for text in args.shapes:
-        result = run_shape(text, args.repeats, rng)
-        results.append(result)
+        result = run_shape(text, args.repeats, args.rounds, args.threads, rng)
+        results["layers"].append(result)
         print(f"\n{text}  ({result['gflop']:.3g} GFLOP; loops timed on {result['naive_timed_on']}, extrapolated)")
-        print(f"{'rung':<26}{'time':>12}{'GFLOP/s':>10}{'x conv2d time':>15}")
-        for r in result["rungs"]:
-            print(f"{r['name']:<26}{bench.format_seconds(r['seconds']):>12}{r['gflops']:>10.3g}{r['ratio_to_conv2d']:>15.3g}")
+        print_rows(result["rungs"])
     if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps({"machine": info, "results": results}, indent=2) + "\n")
-        print(f"\nwrote {args.output}")
+        path = provenance.results_path("conv_cpu") if args.output == "auto" else Path(args.output)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"machine": info, "results": results}, indent=2) + "\n")
+        print(f"\nwrote {path}")
     return 0
 
 

@@ -14,7 +14,7 @@ Goto's blocked GEMM (rung 4) lives in :mod:`course_utils.convolution_blocking`; 
 
 Conventions (the same as ``torch.nn.functional.conv2d``): input ``x`` is NCHW ``(N, C_in, H, W)``,
 weight ``w`` is ``(C_out, C_in, KH, KW)``, and the operation is a *cross-correlation* (the kernel is
-not flipped). Output size per spatial axis (lesson 03, eq. 1):
+not flipped). Output size per spatial axis (lesson 03, eq. 2):
 
 .. math:: H_{out} = \left\lfloor \frac{H + 2p - d\,(K - 1) - 1}{s} \right\rfloor + 1
 
@@ -46,7 +46,7 @@ __all__ = [
 
 # ---------------------------------------------------------------- sizes
 def conv_output_size(size: int, kernel: int, stride: int = 1, padding: int = 0, dilation: int = 1) -> int:
-    """Output length along one spatial axis (eq. 1): ``(size + 2p - d(k-1) - 1) // s + 1``."""
+    """Output length along one spatial axis (eq. 2): ``(size + 2p - d(k-1) - 1) // s + 1``."""
     span = dilation * (kernel - 1) + 1  # the receptive field of one output element
     if size + 2 * padding < span:
         raise ValueError(f"the dilated kernel (span {span}) is larger than the padded input ({size + 2 * padding})")

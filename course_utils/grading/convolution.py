@@ -5,7 +5,8 @@ Every check draws fresh inputs on each run (``seed=None``; a failure names the s
 includes edge sizes (an output of size 1 or 2, strides that divide the padded input exactly and not),
 and forbids the shortcuts that would skip the exercise: the production op (``F.conv2d`` and friends),
 autograd for the backward exercises, and the course's own functions for the piece being written. Exercises 4 and 5 live in
-:mod:`course_utils.grading.convolution_backward` (re-exported here); shared pieces in ``convolution_common``.
+:mod:`course_utils.grading.convolution_backward`, exercise 8 in ``convolution_kernels`` (both re-exported here);
+shared pieces in ``convolution_common``.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..checks import CheckFailed, Mistake, call_learner, check_function
 from ..convolution import conv_output_size, im2col
 from .convolution_backward import check_conv2d_grad_input, check_conv2d_grad_weight
 from .convolution_common import CONV_OPS, COURSE_CONVS, UNFOLD_OPS, _edge_size, _flip, _size_for, _torch_conv
+from .convolution_kernels import check_micro_kernel_update
 
 __all__ = [
     "check_conv_output_shape",
@@ -28,6 +30,7 @@ __all__ = [
     "check_conv2d_grad_input",
     "check_conv1x1",
     "check_column_matrix_mib",
+    "check_micro_kernel_update",
 ]
 
 _HERE = "course_utils.grading.convolution."
@@ -310,7 +313,7 @@ def check_column_matrix_mib(column_matrix_mib: Callable, *, trials: int = 5, see
         Mistake("bytes", "that is in bytes; divide by 2**20 for MiB.", bytes_with(scale=1)),
         Mistake("no_stride", "that is the stride-1 size: with stride s there are about s^2 times fewer output "
                 "pixels, hence fewer columns.", bytes_with(stride=1)),
-        Mistake("no_padding", "you forgot the padding in the output size (eq. 1).", bytes_with(padding=0)),
+        Mistake("no_padding", "you forgot the padding in the output size (eq. 2).", bytes_with(padding=0)),
         Mistake("itemsize", "use the itemsize you are given (bytes per element), not a fixed 4.",
                 bytes_with(itemsize=4)),
         Mistake("c_out", "rows count *input* channels times KH*KW (the reduction), not output channels.",
