@@ -201,9 +201,10 @@ def _recipe(kernel: Any) -> dict:
     return {"source": header + "\n\n".join(parts + [inspect.getsource(fn)]), "name": fn.__name__}
 
 
-def _compile_elsewhere(kernel: Any, arch: int, kwargs: dict) -> "Compiled":
+def _compile_elsewhere(kernel: Any, arch: int | list[int], kwargs: dict) -> "Compiled | list[Compiled]":
     """Compile in a fresh process with Triton's compiler on (this one runs Triton's interpreter, whose
-    stand-ins for ``tl.zeros`` and friends cannot go through the GPU compiler)."""
+    stand-ins for ``tl.zeros`` and friends cannot go through the GPU compiler). A list of archs is
+    compiled in the same process, which saves Triton's start-up per arch."""
     import json
     import sys as _sys
 
@@ -216,7 +217,7 @@ def _compile_elsewhere(kernel: Any, arch: int, kwargs: dict) -> "Compiled":
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise CompileError(last.split("CompileError: ", 1)[-1][:400])
     data = json.loads(done.stdout)
-    return Compiled(**data)
+    return [Compiled(**d) for d in data] if isinstance(arch, list) else Compiled(**data)
 
 
 def _main() -> int:
@@ -225,7 +226,6 @@ def _main() -> int:
     import importlib.util
     import json
     import sys as _sys
-    from dataclasses import asdict
 
     request = json.loads(_sys.stdin.read())
     recipe = request["recipe"]
@@ -239,11 +239,32 @@ def _main() -> int:
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             kernel = getattr(module, recipe["name"])
-            result = compile_for(kernel, arch=request["arch"], **request["kwargs"])
-        print(json.dumps(asdict(result)))
+            print(json.dumps(_compile_request(kernel, request)))
         return 0
-    print(json.dumps(asdict(compile_for(kernel, arch=request["arch"], **request["kwargs"]))))
+    print(json.dumps(_compile_request(kernel, request)))
     return 0
+
+
+def _compile_request(kernel: Any, request: dict):
+    from dataclasses import asdict
+
+    archs = request["arch"]
+    if isinstance(archs, list):
+        return [asdict(compile_for(kernel, arch=a, **request["kwargs"])) for a in archs]
+    return asdict(compile_for(kernel, arch=archs, **request["kwargs"]))
+
+
+def compile_for_each(kernel: Any, archs: Iterable[int], **kwargs: Any) -> dict[int, Compiled]:
+    """:func:`compile_for` for several archs (one helper process under the interpreter): ``{arch: Compiled}``."""
+    archs = list(archs)
+    for arch in archs:
+        if arch not in ARCH_LIMITS:
+            raise ValueError(f"arch {arch} unknown; use one of {sorted(ARCH_LIMITS)}")
+    if _interpreting():
+        kw = {"signature": kwargs.pop("signature"), "constexprs": dict(kwargs.pop("constexprs", None) or {}),
+              "divisible": list(kwargs.pop("divisible", ())), **kwargs}
+        return dict(zip(archs, _compile_elsewhere(kernel, archs, kw)))
+    return {arch: compile_for(kernel, arch=arch, **kwargs) for arch in archs}
 
 
 def compile_for(kernel: Any, *, arch: int, signature: dict[str, str], constexprs: dict[str, Any] | None = None,

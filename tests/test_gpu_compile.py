@@ -75,3 +75,9 @@ def test_bad_arguments_get_one_line_errors():
         gc.compile_for(_scale, arch=90, signature={"x_ptr": "*fp32"})
     with pytest.raises(ValueError, match="arch 61 unknown"):
         gc.compile_for(_scale, arch=61, signature={})
+
+
+def test_several_archs_in_one_helper_process():
+    both = gc.compile_for_each(_tile_matmul, (80, 90), signature=MATMUL_SIG, divisible=DIVISIBLE,
+                               constexprs={"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=2)
+    assert both[80].has("mma.sync") and both[90].has("wgmma") and both[80].arch == 80
