@@ -159,6 +159,15 @@ def _sass(cubin: bytes) -> str:
     return done.stdout
 
 
+def _require_triton() -> None:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        from .env import TRITON_MISSING, TritonUnavailable
+
+        raise TritonUnavailable(TRITON_MISSING.format(what="compiling for a GPU")) from None
+
+
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
@@ -256,6 +265,7 @@ def _compile_request(kernel: Any, request: dict):
 
 def compile_for_each(kernel: Any, archs: Iterable[int], **kwargs: Any) -> dict[int, Compiled]:
     """:func:`compile_for` for several archs (one helper process under the interpreter): ``{arch: Compiled}``."""
+    _require_triton()
     archs = list(archs)
     for arch in archs:
         if arch not in ARCH_LIMITS:
@@ -281,6 +291,7 @@ def compile_for(kernel: Any, *, arch: int, signature: dict[str, str], constexprs
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     if arch not in ARCH_LIMITS:
         raise ValueError(f"arch {arch} unknown; use one of {sorted(ARCH_LIMITS)}")
+    _require_triton()
     params = list(_kernel_fn(kernel).__code__.co_varnames[:_kernel_fn(kernel).__code__.co_argcount])
     missing = [p for p in params if p not in signature]
     if missing:
