@@ -3,7 +3,8 @@
 Lesson 07b writes int8 per-channel and int4 group-wise quantization by hand and checks them against
 these. :class:`QuantLinear` swaps into a :class:`~course_utils.slm.TinyDecoder` in place of ``nn.Linear``:
 int8 weights run through PyTorch's fused CPU kernel ``torch._weight_int8pack_mm`` (int8 weights read
-from memory, dequantized inside the kernel); int4 weights are stored packed two per byte and
+from memory, dequantized inside the kernel) with bf16 activations, its fast path (with fp32 activations the
+kernel is several times slower); int4 weights are stored packed two per byte and
 dequantized before an fp32 matmul (no fused int4 CPU kernel is used here, so int4 saves memory, not time).
 """
 from __future__ import annotations
@@ -64,6 +65,8 @@ class QuantLinear(nn.Module):
         else:
             raise ValueError("bits must be 8 or 4")
         self.register_buffer("scale", s)
+        if bits == 8:
+            self.register_buffer("scale_bf16", s.bfloat16())
 
     def dequantized(self):
         if self.bits == 8:
@@ -72,8 +75,9 @@ class QuantLinear(nn.Module):
 
     def forward(self, x):
         if self.bits == 8:
-            flat = x.reshape(-1, x.shape[-1])
-            return torch._weight_int8pack_mm(flat, self.qweight, self.scale).reshape(*x.shape[:-1], -1)
+            flat = x.reshape(-1, x.shape[-1]).bfloat16()
+            out = torch._weight_int8pack_mm(flat, self.qweight, self.scale_bf16)
+            return out.to(x.dtype).reshape(*x.shape[:-1], -1)
         return x @ self.dequantized().T
 
 
