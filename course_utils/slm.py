@@ -45,8 +45,11 @@ class SLMConfig:
         return tuple(self.layers[i]) if self.layers else (self.n_kv_heads, self.ffn_dim)
 
 
-def swiglu_width(dim: int, multiple: int = 8) -> int:
-    """The SwiGLU hidden width with the parameters of a 4*dim GELU MLP: 2/3 * 4 * dim, rounded up."""
+def swiglu_width(dim: int, multiple: int = 16) -> int:
+    """The SwiGLU hidden width with the parameters of a 4*dim GELU MLP: 2/3 * 4 * dim, rounded up.
+
+    A multiple of 16, because PyTorch's fused int8 CPU kernel (lesson 07b) crashes on other input widths.
+    """
     return multiple * math.ceil(8 * dim / 3 / multiple)
 
 

@@ -57,6 +57,8 @@ class QuantLinear(nn.Module):
         group = math.gcd(w.shape[1], group)         # 176 inputs with group 32 -> groups of 16
         self.bits, self.group = bits, group
         if bits == 8:
+            if w.shape[1] % 16:  # torch 2.13's _weight_int8pack_mm segfaults on such widths (for more than one row)
+                raise ValueError(f"int8 QuantLinear needs an input width divisible by 16, got {w.shape[1]}")
             q, s = int8_per_channel(w)
             self.register_buffer("qweight", q)
         elif bits == 4:
