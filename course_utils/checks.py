@@ -250,6 +250,9 @@ def call_learner(name: str, fn: Callable, args: Sequence[Any] = (), kwargs: dict
             raise
         kind = getattr(exc, "type_name", type(exc).__name__)
         message = getattr(exc, "message", None) or (str(exc).splitlines()[0] if str(exc) else "")
+        if kind == "TritonUnavailable":
+            raise CheckFailed(f"{name}: this exercise needs Triton, which is not installed here (it installs only on Linux "
+                              f"x86-64); do it in the course's container (README) or on a Linux machine.") from None
         if kind in ("NotImplementedError", "NotAttempted"):
             raise NotAttempted(
                 f"{name}: not attempted yet; replace `raise NotImplementedError` with your code and run this cell again."
