@@ -132,3 +132,31 @@ def test_a_function_that_never_returns_times_out_and_the_next_exercise_still_gra
         write_notebook(nb, "loop.ipynb"), pristine=write_notebook(toy_problem_set(), "pristine.ipynb"), cell_timeout=4)
     assert status(report, "ex1_double")[:2] == ("timed out", 0.0)
     assert status(report, "ex2_triple")[:2] == ("passed", 3.0)
+
+
+SOLUTION_FILES = sorted((ROOT / "solutions").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("solution", SOLUTION_FILES, ids=[p.stem for p in SOLUTION_FILES])
+def test_every_problem_set_gives_zero_to_wrong_answers_behind_every_trick(tmp_path, solution):
+    """Each problem set, its answers left wrong (`return None`), with every trick at once: the first graded cell
+    emptied, the checks, the comparisons and IPython's traceback display patched in the learner's kernel."""
+    nb = make_exercise(nbformat.read(solution, as_version=4))
+    solutions = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"]
+    graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    solutions[0].source = (
+        "import builtins as _b, numpy as _np, torch as _t, course_utils.checks as _c\n"
+        "_c.check_function = _c.check_value = _c.call_learner = lambda *a, **k: None\n"
+        "_np.allclose = _np.array_equal = _t.allclose = _t.equal = lambda *a, **k: True\n"
+        "get_ipython().showtraceback = lambda *a, **k: None\n"
+        "get_ipython().set_custom_exc((BaseException,), lambda *a, **k: None)\n" + solutions[0].source)
+    for cell in solutions:
+        cell.source = cell.source.replace(
+            'raise NotImplementedError("Exercise not attempted yet: replace this line with your code.")', "return None")
+    graded[0].source = "pass"
+    path = tmp_path / solution.name
+    nbformat.write(nb, path)
+    report = grade_notebook(path, cell_timeout=120)
+    assert report.total == 0, [(e.name, e.status, e.hint) for e in report.exercises if e.points]
+    assert report.exercises[0].status == "tampered"
+    assert not any(e.status == "passed" for e in report.exercises)
