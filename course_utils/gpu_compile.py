@@ -182,7 +182,9 @@ def _recipe(kernel: Any) -> dict:
     fn = _kernel_fn(kernel)
     module = getattr(fn, "__module__", None)
     if module and module != "__main__" and getattr(_sys.modules.get(module), "__file__", None):
-        return {"module": module, "name": fn.__name__}
+        # the folder that makes ``module`` importable (a test file's folder is on pytest's path, not the child's)
+        folder = Path(_sys.modules[module].__file__).resolve().parents[module.count(".")]
+        return {"module": module, "name": fn.__name__, "path": str(folder)}
     globs, seen, parts = fn.__globals__, set(), []
 
     def visit(f):
@@ -210,7 +212,8 @@ def _compile_elsewhere(kernel: Any, arch: int, kwargs: dict) -> "Compiled":
 
     request = {"recipe": _recipe(kernel), "arch": arch, "kwargs": kwargs}
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    folders = [str(Path(__file__).resolve().parent.parent), request["recipe"].get("path", ""), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(f for f in folders if f)
     done = subprocess.run([_sys.executable, "-m", "course_utils.gpu_compile"], input=json.dumps(request), capture_output=True,
                           text=True, env=env, timeout=900)
     if done.returncode != 0:
