@@ -31,14 +31,14 @@ def main(argv=None) -> int:
     from course_utils.gpu_compile import FEATURES
     from course_utils.provenance import machine_info, results_path
 
-    todo = GC.cases((90,), conv=False, attention=False, t4=False) if args.quick else GC.cases(full=True)
+    todo = GC.compile_matrix((90,), conv=False, attention=False, t4=False) if args.quick else GC.compile_matrix(full=True)
     compiled = GC.compile_cases(todo, processes=args.processes)
     rows = []
     for case, c in zip(todo, compiled):
         row = {"kernel": c.name, "label": case.label, "arch": case.arch, **case.extra, "registers": c.registers,
                "spill_stores": c.spill_stores, "spill_loads": c.spill_loads, "stack_bytes": c.stack_bytes,
                "shared_bytes": c.shared_bytes, "blocks_per_sm": c.blocks_per_sm,
-               "features": [f for f in FEATURES if c.has(f)], "problems": GC.problems(c, case)}
+               "features": [f for f in FEATURES if c.has(f)], "problems": GC.compile_problems(c, case)}
         rows.append(row)
         print(f"sm_{case.arch} {case.label:<52} {c.registers:>3} regs  spill {c.spill_stores:>4} B  "
               f"{c.shared_bytes / 1024:6.1f} KiB  {','.join(row['features']) or '-':<32} {'; '.join(row['problems']) or 'ok'}")

@@ -5,7 +5,7 @@ limit, on a Hopper GEMM without ``wgmma``, on a descriptor kernel without TMA, o
 rung without its producer/consumer split), by ``benchmarks/compile_facts.py`` (the table of
 registers, spills, shared memory and features) and by lesson 05's CPU-tier cells.
 
-:func:`cases` lists what to compile: the GEMM kernels of :mod:`course_utils.gemm_kernels` at every
+:func:`compile_matrix` lists what to compile: the GEMM kernels of :mod:`course_utils.gemm_kernels` at every
 configuration that ``benchmarks/gemm_gpu.py`` launches (:data:`course_utils.gemm.GPU_CONFIGS`), lesson
 03's implicit-GEMM convolution (:mod:`course_utils.convolution`) and lesson 06's attention forward
 (:mod:`course_utils.attention_triton`) at the attention benchmark's configurations. Each case carries the
@@ -23,7 +23,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["Case", "attention_configs", "cases", "compile_cases", "gemm_case", "problems", "ATTENTION_CONFIGS"]
+__all__ = ["Case", "attention_configs", "compile_matrix", "compile_cases", "gemm_case", "compile_problems", "ATTENTION_CONFIGS"]
 
 ROOT = Path(__file__).resolve().parent.parent
 # benchmarks/attention_gpu.py's configurations are read from it (attention_configs); these are the ones
@@ -145,7 +145,7 @@ def attention_configs() -> list[tuple]:
     return list(ATTENTION_CONFIGS)
 
 
-def cases(archs=(80, 90), *, gemm: bool = True, conv: bool = True, attention: bool = True, t4: bool = True,
+def compile_matrix(archs=(80, 90), *, gemm: bool = True, conv: bool = True, attention: bool = True, t4: bool = True,
           full: bool = False) -> list[Case]:
     """The compile matrix: every kernel at every configuration its benchmark launches, per arch.
 
@@ -178,7 +178,7 @@ def cases(archs=(80, 90), *, gemm: bool = True, conv: bool = True, attention: bo
     return out
 
 
-def problems(compiled, case: Case) -> list[str]:
+def compile_problems(compiled, case: Case) -> list[str]:
     """What is wrong with one compiled case (empty when it is fine)."""
     from .gpu_compile import ARCH_LIMITS
 
