@@ -1,27 +1,27 @@
 """Every Triton GEMM of topic 05 against torch.matmul (cuBLAS), BF16, on a CUDA device.
 
-    python benchmarks/gemm_gpu.py                      # on a GPU: check, time, write JSON
-    python benchmarks/gemm_gpu.py --output benchmarks/results/gemm_gpu_h200.json
-    python benchmarks/gemm_gpu.py --dry-run            # anywhere: interpreter, tiny sizes, checks only
+    python benchmarks/gemm_gpu.py                          # on a GPU: check, time, write dated JSON
+    python benchmarks/gemm_gpu.py --quick --output-dir $OUT   # 4096^3 only, shorter timings
+    python benchmarks/gemm_gpu.py --dry-run                # anywhere: interpreter, tiny sizes, checks only
 
-On CUDA: each variant of ``course_utils.gemm.VARIANTS`` is first checked against torch.matmul on
-ragged shapes, then timed (``triton.testing.do_bench``: warm-up, then the median of many timed
-repeats with CUDA events) at 4096^3, 8192^3 and one non-square shape, on random normal BF16 inputs.
-For each variant the best of a few launch configurations is kept (and named in the JSON). Output:
-TFLOP/s (2*M*N*K / time) and the ratio to cuBLAS, plus GPU name, driver, torch/triton versions and date.
+On CUDA: every (variant, configuration) pair that will be timed (``course_utils.gemm.gpu_configs`` for
+this GPU's generation) is first checked against torch.matmul on ragged shapes; the warp-specialized
+variant must also show its producer/consumer split (``setmaxnreg`` in the PTX). Then each passing pair
+is timed (``triton.testing.do_bench``: warm-up, then the median of repeats timed with CUDA events) at
+4096^3, 8192^3 and one non-square shape on random normal BF16 inputs, and the best configuration per
+variant is kept (and named). Output: TFLOP/s (2*M*N*K / time) and the ratio to cuBLAS, with the
+machine, driver, versions, course commit and date (``course_utils.provenance``), in
+``<output-dir>/gemm_gpu_<gpu>_<date>.json``. The exit status is 1 when any pair fails its check.
 
-On the ``cpu`` tier (``course_utils.env.detect_tier``: no CUDA device, or ``COURSE_TIER=cpu``), or with
-``--dry-run``, every variant runs under the Triton interpreter in fp32 at tiny
-sizes and is checked; nothing is timed. Needs only torch and triton (and NumPy, which torch uses).
+On the ``cpu`` tier (no CUDA device, or ``COURSE_TIER=cpu``), or with ``--dry-run``, every variant runs
+under the Triton interpreter in fp32 at tiny sizes, at the CPU configuration and at every GPU
+configuration, and is checked; nothing is timed. Needs only torch and triton (NumPy comes with torch).
 """
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,143 +29,167 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 1024, 8192)]  # (M, N, K); the last is non-square
-CHECK_SHAPES = [(1000, 1096, 1000), (777, 520, 1032), (128, 256, 64)]  # ragged: not multiples of the blocks
+CHECK_SHAPES = [(1000, 1096, 1000), (777, 520, 1032)]  # ragged: not multiples of the blocks (rows 16-byte aligned)
 DRY_SHAPES = [(50, 40, 68), (33, 48, 20)]
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dry-run", action="store_true", help="interpreter, tiny sizes, checks only (default without CUDA)")
-    p.add_argument("--output", type=Path, default=None, help="JSON path (default benchmarks/results/gemm_gpu_<gpu>.json)")
-    p.add_argument("--rep-ms", type=int, default=500, help="do_bench: milliseconds of timed repeats per measurement")
-    p.add_argument("--quick", action="store_true", help="one configuration per variant, 4096^3 only")
+    p.add_argument("--output-dir", type=Path, default=None,
+                   help="folder for the dated JSON (default $OUT if set, else benchmarks/results)")
+    p.add_argument("--rep-ms", type=int, default=None, help="do_bench: ms of timed repeats (default 500, --quick 100)")
+    p.add_argument("--quick", action="store_true", help="4096^3 only, 100 ms per measurement")
     return p.parse_args(argv)
 
 
-def dry_run() -> int:
-    os.environ["COURSE_TIER"] = "cpu"  # before course_utils.gemm imports Triton: the env module picks the interpreter
+def _output_dir(args) -> Path:
+    return args.output_dir or (Path(os.environ["OUT"]) if os.environ.get("OUT") else ROOT / "benchmarks" / "results")
+
+
+def _write(args, name: str, record: dict) -> Path:
+    from course_utils.provenance import results_path
+
+    folder = _output_dir(args)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = results_path(name, folder=folder)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {path}")
+    return path
+
+
+def _label(cfg) -> str:
+    return f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k} g{cfg.group_m} s{cfg.num_stages} w{cfg.num_warps}"
+
+
+def dry_run(args) -> int:
     import torch
 
     from course_utils import gemm
     from course_utils.checks import tolerance_for
+    from course_utils.provenance import machine_info
 
     torch.manual_seed(0)
-    failures = 0
+    failures, rows = 0, []
+    configs = {name: [None, *gemm.gpu_configs(name, 90)] for name in gemm.VARIANTS}  # CPU default, then the GPU ones
     for m, n, k in DRY_SHAPES:
         a, b = torch.randn(m, k), torch.randn(k, n)
         want = a @ b
         for name, fn in gemm.VARIANTS.items():
-            try:
-                got = fn(a, b)
-                rtol, atol = tolerance_for("triton_interpreter", n=k)
-                torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
-                status = "ok"
-            except ValueError as exc:  # a descriptor on a stride that is not 16-byte aligned: expected
-                status = f"skipped ({str(exc)[:60]}...)"
-            except Exception as exc:  # noqa: BLE001 - report every failure, keep going
-                failures += 1
-                status = f"FAILED: {type(exc).__name__}: {str(exc)[:120]}"
-            print(f"dry run {m}x{n}x{k} fp32 {name:<21} {status}")
+            for cfg in configs[name] if (m, n, k) == DRY_SHAPES[0] else [None]:
+                try:
+                    got = fn(a, b, cfg)
+                    rtol, atol = tolerance_for("triton_interpreter", n=k)
+                    torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
+                    status = "ok"
+                except ValueError as exc:  # a descriptor on a stride that is not 16-byte aligned: expected
+                    status = f"skipped ({str(exc)[:60]}...)"
+                except Exception as exc:  # noqa: BLE001 - report every failure, keep going
+                    failures += 1
+                    status = f"FAILED: {type(exc).__name__}: {str(exc)[:120]}"
+                where = "cpu default" if cfg is None else _label(cfg)
+                rows.append({"shape": [m, n, k], "variant": name, "config": where, "status": status})
+                print(f"dry run {m}x{n}x{k} fp32 {name:<21} {where:<26} {status}")
     print("GPU timing needs a CUDA device: this was a dry run under the Triton interpreter (correctness only, no timings).")
+    if args.output_dir or os.environ.get("OUT"):
+        _write(args, "gemm_gpu_dryrun", {**machine_info(extra={"mode": "dry run (interpreter, fp32)"}), "checks": rows,
+                                          "failures": failures})
     return 1 if failures else 0
 
 
-def _driver() -> str:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 else "unknown"
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return "unknown"
+def _check(name, cfg, dev, dtype):
+    """None when ``name`` at ``cfg`` is right on every ragged shape, else why not."""
+    import torch
 
+    from course_utils import gemm
 
-def _configs(quick: bool):
-    from course_utils.gemm import Config
-
-    cfgs = [Config(128, 256, 64, 8, 3, 8), Config(128, 128, 64, 8, 4, 4), Config(128, 256, 64, 8, 4, 8),
-            Config(256, 128, 64, 8, 3, 8)]
-    return cfgs[:1] if quick else cfgs
+    for m, n, k in CHECK_SHAPES:
+        a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
+        want = a.float() @ b.float()
+        if name == "warp-specialized":
+            got, handle = gemm.matmul_warp_specialized(a, b, cfg, return_kernel=True)
+            ptx = getattr(handle, "asm", {}).get("ptx", "")
+            if "setmaxnreg" not in ptx:
+                return "compiled without the producer/consumer split (no setmaxnreg in the PTX)"
+        else:
+            got = gemm.VARIANTS[name](a, b, cfg)
+        err = ((got.float() - want).abs().max() / want.abs().max()).item()
+        if not err < 1e-2:  # bf16 output: one rounding is 2^-8 relative
+            return f"{m}x{n}x{k}: max error {err:.3g} of max |C|"
+    return None
 
 
 def gpu_run(args) -> int:
     import torch
-    import triton
     from triton.testing import do_bench
 
     from course_utils import gemm
+    from course_utils.provenance import machine_info
 
     torch.manual_seed(0)
     dev, dtype = "cuda", torch.bfloat16
-    props = torch.cuda.get_device_properties(0)
+    major, minor = torch.cuda.get_device_capability(0)
+    arch = 10 * major + minor
+    rep = args.rep_ms or (100 if args.quick else 500)
     result = {
-        "gpu": torch.cuda.get_device_name(0), "capability": ".".join(map(str, torch.cuda.get_device_capability(0))),
-        "sms": props.multi_processor_count, "driver": _driver(), "torch": torch.__version__, "triton": triton.__version__,
-        "cuda": torch.version.cuda, "python": platform.python_version(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "dtype": "bfloat16", "timing": f"triton.testing.do_bench(rep={args.rep_ms} ms), median, after warm-up",
-        "warp_specialize": gemm.warp_specialize_available()[1], "checks": {}, "results": [],
+        **machine_info(), "dtype": "bfloat16", "timing": f"triton.testing.do_bench(rep={rep} ms), median, after warm-up",
+        "warp_specialize": gemm.warp_specialize_available()[1], "configs_for": f"sm_{90 if arch >= 90 else 80}",
+        "checks": {}, "results": [],
     }
-    ok, wrong = {}, []
-    for name, fn in gemm.VARIANTS.items():  # correctness first, on ragged shapes
-        try:
-            for m, n, k in CHECK_SHAPES:
-                a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
-                want = (a.float() @ b.float())
-                err = ((fn(a, b).float() - want).abs().max() / want.abs().max()).item()
-                if not err < 1e-2:  # bf16 output: one rounding is 2^-8 relative
-                    raise AssertionError(f"{m}x{n}x{k}: max error {err:.3g} of max |C|")
-            ok[name] = True
-            result["checks"][name] = "ok"
-        except AssertionError as exc:  # a wrong result: the run fails
-            ok[name] = False
-            result["checks"][name] = f"WRONG: {exc}"
-            wrong.append(name)
-        except Exception as exc:  # noqa: BLE001 - unsupported here (e.g. warp specialization): recorded, skipped
-            ok[name] = False
-            result["checks"][name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-        print(f"check {name:<21} {result['checks'][name]}", flush=True)
+    passing, failed = {}, []
+    for name in gemm.VARIANTS:  # correctness first: every (variant, configuration) that will be timed
+        for cfg in gemm.gpu_configs(name, arch):
+            key = f"{name} @ {_label(cfg)}"
+            try:
+                why = _check(name, cfg, dev, dtype)
+            except Exception as exc:  # noqa: BLE001 - a compile or launch error is a failure too
+                why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            result["checks"][key] = why or "ok"
+            if why:
+                failed.append(key)
+            else:
+                passing.setdefault(name, []).append(cfg)
+            print(f"check {key:<48} {why or 'ok'}", flush=True)
     try:
         a, b = torch.randn(512, 512, device=dev, dtype=dtype), torch.randn(512, 512, device=dev, dtype=dtype)
         _, handle = gemm.matmul_tiled(a, b, return_kernel=True)
         result["wgmma_in_ptx"] = gemm.wgmma_in_ptx(handle)
     except Exception as exc:  # noqa: BLE001
         result["wgmma_in_ptx"] = f"unknown ({type(exc).__name__})"
-    shapes = SHAPES[:1] if args.quick else SHAPES
-    for m, n, k in shapes:
+    for m, n, k in SHAPES[:1] if args.quick else SHAPES:
         a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
         flops = 2 * m * n * k
-        t_ref = do_bench(lambda: torch.matmul(a, b), warmup=100, rep=args.rep_ms, return_mode="median") * 1e-3
-        rows = [{"variant": "torch.matmul (cuBLAS)", "shape": [m, n, k], "seconds": t_ref, "tflops": flops / t_ref / 1e12, "ratio_to_cublas": 1.0}]
-        for name, fn in gemm.VARIANTS.items():
-            if not ok[name]:
-                continue
-            best = None
-            for cfg in _configs(args.quick):
-                try:
-                    t = do_bench(lambda: fn(a, b, cfg), warmup=100, rep=args.rep_ms, return_mode="median") * 1e-3
-                except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory for this config
-                    print(f"  {name} {cfg}: {type(exc).__name__}", flush=True)
-                    continue
-                if best is None or t < best[0]:
-                    best = (t, cfg)
-            if best:
-                rows.append({"variant": name, "shape": [m, n, k], "seconds": best[0], "tflops": flops / best[0] / 1e12,
-                             "ratio_to_cublas": t_ref / best[0], "config": best[1].__dict__})
+        t_ref = do_bench(lambda: torch.matmul(a, b), warmup=100, rep=rep, return_mode="median") * 1e-3
+        rows = [{"variant": "torch.matmul (cuBLAS)", "shape": [m, n, k], "seconds": t_ref, "tflops": flops / t_ref / 1e12,
+                 "ratio_to_cublas": 1.0}]
+        for name, cfgs in passing.items():
+            timed = []
+            for cfg in cfgs:
+                t = do_bench(lambda: gemm.VARIANTS[name](a, b, cfg), warmup=100, rep=rep, return_mode="median") * 1e-3
+                timed.append({"config": cfg.__dict__, "seconds": t, "tflops": flops / t / 1e12})
+            best = min(timed, key=lambda r: r["seconds"])
+            rows.append({"variant": name, "shape": [m, n, k], "seconds": best["seconds"], "tflops": best["tflops"],
+                         "ratio_to_cublas": t_ref / best["seconds"], "config": best["config"], "all_configs": timed})
         for r in rows:
             print(f"{m}x{n}x{k} {r['variant']:<22} {r['tflops']:8.1f} TFLOP/s  {r['ratio_to_cublas']:.3f}x cuBLAS", flush=True)
         result["results"].extend(rows)
-    out = args.output or ROOT / "benchmarks" / "results" / f"gemm_gpu_{result['gpu'].replace(' ', '_').lower()}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
-    return 1 if wrong else 0
+    result["failed"] = failed
+    name = "".join(ch if ch.isalnum() else "_" for ch in result["gpu"]).strip("_").lower()
+    _write(args, f"gemm_gpu_{name}", result)
+    if failed:
+        print(f"FAILED checks: {', '.join(failed)}")
+    return 1 if failed else 0
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.dry_run:  # before anything imports Triton: the interpreter, whatever the machine has
+        os.environ["COURSE_TIER"] = "cpu"
+        os.environ["TRITON_INTERPRET"] = "1"
     from course_utils.env import detect_tier  # the course's one definition of the tier (COURSE_TIER overrides)
 
     if args.dry_run or detect_tier() == "cpu":
-        return dry_run()
+        return dry_run(args)
     return gpu_run(args)
 
 

@@ -35,7 +35,7 @@ triton, tl = import_triton(stub=True)   # stand-ins where Triton is not installe
 HAS_TRITON = import_triton()[0] is not None
 
 __all__ = [
-    "Config", "CPU_CONFIG", "GPU_CONFIG", "TIER", "HAS_TRITON", "interpreted",
+    "Config", "CPU_CONFIG", "GPU_CONFIG", "WS_CONFIG", "GPU_CONFIGS", "gpu_configs", "T4_CONFIG", "TIER", "HAS_TRITON", "interpreted",
     "matmul_tiled", "matmul_persistent", "matmul_descriptor", "matmul_descriptor_persistent", "matmul_warp_specialized",
     "set_descriptor_allocator", "warp_specialize_available", "wgmma_in_ptx", "VARIANTS",
 ]
@@ -62,10 +62,50 @@ class Config:
 
 CPU_CONFIG = Config()
 GPU_CONFIG = Config(block_m=128, block_n=256, block_k=64, group_m=8, num_stages=3, num_warps=8)
+# Warp specialization: Triton (3.9) splits the K loop into producer and consumer partitions only at
+# num_warps=4 (4 consumer warps + its own worker warps, 384 threads; setmaxnreg moves registers); at
+# num_warps=8 it silently compiles the plain multistage descriptor kernel. tests/test_compile_kernels.py
+# asserts the split (setmaxnreg in the PTX) for every configuration below.
+WS_CONFIG = Config(block_m=128, block_n=256, block_k=64, group_m=8, num_stages=3, num_warps=4)
+T4_CONFIG = Config(block_m=32, block_n=32, block_k=32, group_m=8, num_stages=2, num_warps=4)
+# (sm_75: Triton 3.9 emits no tensor-core MMA for a T4, only FMAs; 64x64 tiles at 4 warps spill there.)
+
+# What benchmarks/gemm_gpu.py tries per variant (each checked on a ragged shape first), by GPU
+# generation, and what tests/test_compile_kernels.py compiles: no spills, shared memory within 227 KiB
+# (H100/H200) or 163 KiB (A100) per block. The persistent kernels hold their tile loop's state on top
+# of the accumulator: on sm_80 they spill at 128x256 (8 warps) and 128x128 (4 warps), so they get
+# 128x128 at 8 warps there. The persistent descriptor kernel keeps a C tile for its TMA store next to
+# the stage buffers: at 128x256x64 four stages need 256 KiB, so it stays at three (208 KiB).
+# All of them also compile cleanly with Triton 3.6 (the version on the course's H200 machines).
+_SQUARE4, _SQUARE8, _TALL = Config(128, 128, 64, 8, 4, 4), Config(128, 128, 64, 8, 3, 8), Config(256, 128, 64, 8, 3, 8)
+GPU_CONFIGS: dict[int, dict[str, list[Config]]] = {
+    90: {
+        "tiled row-major": [GPU_CONFIG, _SQUARE4, _TALL],
+        "tiled grouped": [GPU_CONFIG, _SQUARE4, _TALL],
+        "persistent": [GPU_CONFIG, _SQUARE4, _TALL],
+        "descriptor (TMA)": [GPU_CONFIG, _SQUARE4, _TALL],
+        "descriptor persistent": [GPU_CONFIG, _SQUARE4],
+        "warp-specialized": [WS_CONFIG, _SQUARE4],
+    },
+    80: {   # 128x128 at 4 warps sits at 253-255 registers on sm_80 (Triton 3.6 spills it in the descriptor kernel)
+        "tiled row-major": [GPU_CONFIG, _SQUARE8],
+        "tiled grouped": [GPU_CONFIG, _SQUARE8],
+        "persistent": [_SQUARE8],
+        "descriptor (TMA)": [GPU_CONFIG, _SQUARE8],
+        "descriptor persistent": [_SQUARE8],
+    },
+}
 
 
-def _default_config(x: torch.Tensor) -> Config:
-    return CPU_CONFIG if x.device.type == "cpu" else GPU_CONFIG
+def gpu_configs(variant: str, arch: int) -> list[Config]:
+    """The configurations the benchmark tries for ``variant`` on ``sm_<arch>`` (sm_80's below Hopper)."""
+    return GPU_CONFIGS[90 if arch >= 90 else 80].get(variant, [])
+
+
+def _default_config(x: torch.Tensor, warp_specialize: bool = False) -> Config:
+    if x.device.type == "cpu":
+        return CPU_CONFIG
+    return WS_CONFIG if warp_specialize else GPU_CONFIG
 
 
 def _check_inputs(a: torch.Tensor, b: torch.Tensor, cfg: Config) -> None:
@@ -125,23 +165,25 @@ def matmul_persistent(a: torch.Tensor, b: torch.Tensor, cfg: Config | None = Non
     return c
 
 
-_ALLOCATOR_SET = []
+def _alloc(size: int, alignment: int, stream):
+    return torch.empty(size, device="cuda", dtype=torch.int8)
 
 
 def set_descriptor_allocator() -> None:
-    """On a GPU, device-side tensor descriptors need scratch memory: give Triton a torch allocator (once)."""
-    if interpreted() or _ALLOCATOR_SET:
+    """On a GPU, device-side tensor descriptors need scratch memory: give Triton a torch allocator.
+
+    Called before every descriptor launch, not once per process: Triton keeps the allocator in a
+    context variable, which some ipykernel versions do not carry from one cell to the next."""
+    if interpreted():
         return
-
-    def alloc(size: int, alignment: int, stream):
-        return torch.empty(size, device="cuda", dtype=torch.int8)
-
-    triton.set_allocator(alloc)
-    _ALLOCATOR_SET.append(alloc)
+    triton.set_allocator(_alloc)
 
 
 def _descriptor_launch(a, b, cfg, warp_specialize: bool, return_kernel: bool = False, persistent: bool = False):
-    cfg = cfg or _default_config(a)
+    cfg = cfg or _default_config(a, warp_specialize)
+    if warp_specialize and not interpreted() and cfg.num_warps != 4:
+        raise ValueError(f"num_warps={cfg.num_warps}: Triton splits a warp-specialized loop only at num_warps=4 "
+                         "(at 8 it compiles the plain descriptor kernel); use G.WS_CONFIG")
     _check_inputs(a, b, cfg)
     a, b = a.contiguous(), b.contiguous()
     (m, k), n = a.shape, b.shape[1]
@@ -188,7 +230,8 @@ def warp_specialize_available() -> tuple[bool, str]:
 
 
 def matmul_warp_specialized(a: torch.Tensor, b: torch.Tensor, cfg: Config | None = None, *, return_kernel: bool = False):
-    """Rung 6: :func:`matmul_descriptor` with a warp-specialized K loop (producer/consumer warps).
+    """Rung 6: :func:`matmul_descriptor` with a warp-specialized K loop (producer/consumer warps),
+    at ``num_warps=4`` (:data:`WS_CONFIG` by default): the only warp count where Triton splits the loop.
 
     Raises ``RuntimeError`` where :func:`warp_specialize_available` says no, or where the compiler
     rejects it (the message carries the compiler's reason)."""

@@ -186,11 +186,14 @@ def _recipe(kernel: Any) -> dict:
     calls, and the plain constants it reads, in the order the kernel needs them.
     """
     import inspect
+    import sys as _sys
 
     fn = _kernel_fn(kernel)
     module = getattr(fn, "__module__", None)
-    if module and module.split(".")[0] == "course_utils":  # importable anywhere the course is installed
-        return {"module": module, "name": fn.__name__}
+    if module and module != "__main__" and getattr(_sys.modules.get(module), "__file__", None):
+        # the folder that makes ``module`` importable (a test file's folder is on pytest's path, not the child's)
+        folder = Path(_sys.modules[module].__file__).resolve().parents[module.count(".")]
+        return {"module": module, "name": fn.__name__, "path": str(folder)}
     globs, seen, parts = fn.__globals__, set(), []
 
     def visit(f):
@@ -219,7 +222,8 @@ def _compile_elsewhere(kernel: Any, arch: int | list[int], kwargs: dict) -> "Com
 
     request = {"recipe": _recipe(kernel), "arch": arch, "kwargs": kwargs}
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    folders = [str(Path(__file__).resolve().parent.parent), request["recipe"].get("path", ""), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(f for f in folders if f)
     done = subprocess.run([_sys.executable, "-m", "course_utils.gpu_compile"], input=json.dumps(request), capture_output=True,
                           text=True, env=env, timeout=900)
     if done.returncode != 0:

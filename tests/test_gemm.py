@@ -3,6 +3,7 @@ launch), and of the GPU benchmark's dry run. On a CPU every kernel runs in Trito
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -75,8 +76,11 @@ def test_gpu_benchmark_dry_run_checks_every_variant():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gemm_gpu.py"), "--dry-run"],
                          capture_output=True, text=True, timeout=300, env={**os.environ, "COURSE_TIER": "cpu"})
     assert out.returncode == 0, out.stderr[-2000:]
-    for name in G.VARIANTS:
-        assert f"{name:<21} ok" in out.stdout, out.stdout
+    for name in G.VARIANTS:                      # the CPU configuration, then every GPU configuration the benchmark times
+        assert re.search(rf"{re.escape(name)}\s+cpu default\s+ok", out.stdout), out.stdout
+        for cfg in G.gpu_configs(name, 90):
+            label = f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k} g{cfg.group_m} s{cfg.num_stages} w{cfg.num_warps}"
+            assert re.search(rf"{re.escape(name)}\s+{label}\s+ok", out.stdout), (name, label)
     assert "GPU timing needs a CUDA device" in out.stdout
     assert "FAILED" not in out.stdout
 
