@@ -55,7 +55,7 @@ H200_BF16_DENSE_PEAK = 989.4e12
 PEAK_SOURCE = "NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOP/s with sparsity, 989.4 dense"
 
 FWD_CONFIGS = [  # (block_m, block_n, num_warps, num_stages), tried per case on the GPU
-    (128, 64, 4, 3),
+    # (128, 64, 4, 3) is left out: at d=128 it spills on sm_90 (tests/test_compile_kernels.py compiles these)
     (128, 64, 8, 3),
     (128, 128, 8, 2),
     (64, 64, 4, 3),

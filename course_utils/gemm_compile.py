@@ -124,7 +124,7 @@ def _attention_case(arch: int, head_dim: int, bm: int, bn: int, warps: int, stag
     args = ["q_ptr", "k_ptr", "v_ptr", "o_ptr", "lse_ptr", "stride_qh", "stride_qm", "stride_kh", "stride_kn",
             "stride_vh", "stride_vn", "stride_oh", "stride_om", "seqlen_q", "seqlen_k", "scale_log2e"]
     sig = dict(zip(args, [f"*{dtype}"] * 4 + ["*fp32"] + ["i32"] * 10 + ["fp32"]))
-    ce = {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_M": bm, "BLOCK_N": bn, "DOT_PRECISION": "tf32"}
+    ce = {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_M": bm, "BLOCK_N": bn, "DOT_PRECISION": "tf32", "GROUP": 1}
     sig.update(dict.fromkeys(ce, "constexpr"))
     expect = ("wgmma" if arch >= 90 else "mma.sync",) if arch >= 80 else ()
     return Case(f"attention fwd d={head_dim} {bm}x{bn} w{warps} s{stages} {dtype}{' causal' if causal else ''}",
@@ -134,13 +134,13 @@ def _attention_case(arch: int, head_dim: int, bm: int, bn: int, warps: int, stag
 
 
 def attention_configs() -> list[tuple]:
-    """``CONFIGS`` of ``benchmarks/attention_gpu.py`` (read from its source: importing it would pick a tier)."""
+    """The forward ``FWD_CONFIGS`` of ``benchmarks/attention_gpu.py`` (read from its source: importing it would pick a tier)."""
     import ast
 
     path = ROOT / "benchmarks" / "attention_gpu.py"
     if path.exists():
         for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "CONFIGS":
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) in ("FWD_CONFIGS", "CONFIGS"):
                 return [tuple(c) for c in ast.literal_eval(node.value)]
     return list(ATTENTION_CONFIGS)
 
