@@ -10,8 +10,8 @@ On success it prints one line. Otherwise it raises :class:`CheckFailed` (an ``As
 subclass, so nbgrader, the course grader and CI all see the failure) with a one-line message;
 for an exercise that still raises ``NotImplementedError`` it raises :class:`NotAttempted`.
 
-Topic modules (``course_utils.foundations`` and later ones) build their ``check_*`` functions
-from :func:`check_function` and :func:`check_value`.
+The grading modules (``course_utils.grading.<topic>``) build their ``check_*`` functions from
+:func:`check_function` and :func:`check_value`.
 """
 from __future__ import annotations
 
