@@ -135,3 +135,24 @@ def test_posterior_mean_variance_is_the_gaussian_conditional():
     mu, var = dm.posterior_mean_variance(x0, xt, ab_t, ab_prev)
     torch.testing.assert_close(mu, mean)
     assert math.isclose(var, var_prev - cov**2 / var_t, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("n_steps", [3, 7, 30])
+def test_diffusers_ddim_pairs_t_with_t_minus_T_over_n_not_the_next_visited_timestep(n_steps):
+    """For n not dividing T, DDIMScheduler.step goes to t - T // n (its prev_timestep), while the course's sampler
+    goes to the next visited timestep; the two differ at some steps (lesson 11, section 6)."""
+    ref = ddim_scheduler()
+    ref.set_timesteps(n_steps)
+    sched = dm.Schedule(betas=ref.betas.double(), alpha_bar=ref.alphas_cumprod.double())
+    steps = dm.sampling_timesteps(T, n_steps)
+    assert ref.timesteps.tolist() == steps
+    gen = torch.Generator().manual_seed(n_steps)
+    x, eps = torch.randn(64, 2, generator=gen), torch.randn(64, 2, generator=gen)
+    differ = 0
+    for t, t_next in zip(steps, steps[1:] + [-1]):
+        want = ref.step(eps, t, x, eta=0.0).prev_sample
+        torch.testing.assert_close(dm.ddim_step(sched, eps, t, t - T // n_steps, x), want, rtol=1e-5, atol=1e-5)
+        if t - T // n_steps != t_next:
+            differ += 1
+            assert not torch.allclose(dm.ddim_step(sched, eps, t, t_next, x), want, rtol=1e-5, atol=1e-5)
+    assert differ > 0
