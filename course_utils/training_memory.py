@@ -14,8 +14,11 @@ Formulas (numbers as in the lesson):
 
 * parameters of a LLaMA-style decoder from its shape (eq. 1);
 * bytes per parameter of a training recipe: weights + gradients + optimizer state (eq. 2);
-* activation bytes per transformer layer, Korthikanti et al. (eq. 3): s·b·h·(34 + 5·a·s/h) with
-  16-bit activations and 1-byte dropout masks, plus their tensor-parallel / recomputation variants.
+* activation bytes per transformer layer for GPT-style models (dropout, GELU 4h MLP), Korthikanti
+  et al. (eq. 3): s·b·h·(34 + 5·a·s/h) with 16-bit activations and 1-byte dropout masks, plus their
+  tensor-parallel / recomputation variants; LLaMA models (no dropout, SwiGLU, FlashAttention) use
+  eq. (3b) of :mod:`course_utils.training_memory_llama`, which :func:`activation_bytes` picks for
+  gated shapes.
 """
 from __future__ import annotations
 
@@ -275,7 +278,7 @@ def measure_recipe_state(recipe: str, shape: TransformerShape = TINY, *, batch: 
 # ---------------------------------------------------------------- activations (Korthikanti et al.)
 def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sequence_parallel: bool = False,
                                recompute: str = "none") -> float:
-    r"""Bytes one transformer layer keeps for backward: Korthikanti et al., Table 2 (eq. 3).
+    r"""Bytes one GPT-style layer (dropout, GELU 4h MLP) keeps for backward: Korthikanti et al., Table 2 (eq. 3).
 
     16-bit activations, 1-byte dropout masks. ``t``: tensor-parallel degree. ``recompute``:
     ``"none"``, ``"selective"`` (recompute the attention core: drops the 5·a·s²·b term) or
@@ -300,11 +303,24 @@ def output_layer_activation_bytes(s: int, b: int, h: int, vocab: int, *, t: int 
 
 def activation_bytes(shape: TransformerShape, seq_len: int, micro_batch: int, *, t: int = 1,
                      sequence_parallel: bool = False, recompute: str = "none") -> float:
-    """All layers plus the output layer, for one micro-batch, per GPU."""
-    per_layer = activation_bytes_per_layer(seq_len, micro_batch, shape.hidden, shape.heads, t=t,
-                                           sequence_parallel=sequence_parallel, recompute=recompute)
-    return shape.layers * per_layer + output_layer_activation_bytes(seq_len, micro_batch, shape.hidden,
-                                                                    shape.vocab_size, t=t)
+    """All layers plus the output layer, for one micro-batch, per GPU.
+
+    A gated (SwiGLU) shape is taken as a LLaMA model: no dropout, FlashAttention, eq. (3b) of
+    :func:`course_utils.training_memory_llama.activation_bytes_llama` (selective recomputation has
+    nothing left to drop: flash already recomputes the scores). Otherwise a GPT-style model: eq. (3).
+    """
+    s, b, h = seq_len, micro_batch, shape.hidden
+    if shape.gated_mlp and recompute != "full":
+        if recompute not in ("none", "selective"):
+            raise ValueError(f"recompute must be 'none', 'selective' or 'full', not {recompute!r}")
+        from .training_memory_llama import activation_bytes_llama
+
+        per_layer = activation_bytes_llama(s, b, h, shape.ffn, shape.heads, kv_heads=shape.kv_heads, t=t,
+                                           sequence_parallel=sequence_parallel)
+    else:  # GPT-style (dropout, GELU 4h MLP), or full recomputation: only the layer input, 2sbh
+        per_layer = activation_bytes_per_layer(s, b, h, shape.heads, t=t, sequence_parallel=sequence_parallel,
+                                               recompute=recompute)
+    return shape.layers * per_layer + output_layer_activation_bytes(s, b, h, shape.vocab_size, t=t)
 
 
 __all__ = [

@@ -80,3 +80,52 @@ def test_saved_tensor_hooks_count_unique_storages_without_parameters():
             return x * x
 
     assert tm.saved_bytes(Square(), x) == 4 * 4 * 8
+
+
+def test_llama_activation_formula_matches_saved_tensors():
+    import torch
+
+    import course_utils.training_memory_llama as tml
+
+    for s, b, h, a, f, kv in ((64, 2, 128, 4, 344, None), (48, 3, 96, 6, 256, 2)):
+        torch.manual_seed(0)
+        block = tml.LlamaBlock(h, a, f, kv).to(torch.bfloat16)
+        x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
+        assert tm.saved_bytes(block, x) == tml.activation_bytes_llama(s, b, h, f, a, kv_heads=kv)
+    # FP32 and the unfused math attention: the probabilities and W_o's input copy are stored
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    block = tml.LlamaBlock(128, 4, 344).float()
+    x = torch.randn(2, 64, 128, requires_grad=True)
+    with sdpa_kernel(SDPBackend.MATH):
+        got = tm.saved_bytes(block, x)
+    assert got == tml.activation_bytes_llama(64, 2, 128, 344, 4, flash=False, act_bytes=4)
+
+
+def test_fused_rms_norm_gradients():
+    import torch
+
+    import course_utils.training_memory_llama as tml
+
+    x = torch.randn(3, 5, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(16, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: tml._RMSNormFn.apply(x, w, 1e-6), (x, w))
+    ref = torch.nn.RMSNorm(16, eps=1e-6).double()
+    with torch.no_grad():
+        ref.weight.copy_(w)
+    torch.testing.assert_close(tml._RMSNormFn.apply(x, w, 1e-6), ref(x))
+
+
+def test_activation_bytes_picks_the_llama_formula():
+    from dataclasses import replace
+
+    import course_utils.training_memory_llama as tml
+
+    s, b, sh = 4096, 1, tm.LLAMA2_7B
+    per_layer = tml.activation_bytes_llama(s, b, sh.hidden, sh.ffn, sh.heads)
+    out = tm.output_layer_activation_bytes(s, b, sh.hidden, sh.vocab_size)
+    assert tm.activation_bytes(sh, s, b) == sh.layers * per_layer + out
+    assert tm.activation_bytes(sh, s, b, recompute="selective") == tm.activation_bytes(sh, s, b)
+    assert tm.activation_bytes(sh, s, b, recompute="full") == sh.layers * 2 * s * b * sh.hidden + out
+    gpt = replace(sh, gated_mlp=False)
+    assert tm.activation_bytes(gpt, s, b) == sh.layers * tm.activation_bytes_per_layer(s, b, sh.hidden, sh.heads) + out
+    assert tml.activation_bytes_llama(s, b, sh.hidden, sh.ffn, sh.heads, t=4, sequence_parallel=True) == per_layer / 4

@@ -67,7 +67,13 @@ def check_gqa_parameter_count(fn: Callable, *, seed: int | None = None, trials: 
         Mistake("no norms", "add the RMSNorm weights: two vectors of size h per layer plus the final one.", no_norms),
         Mistake("two mlp", "a SwiGLU MLP has three matrices (gate, up, down), not two.", two_mlp),
     ]
-    check_function(fn, ref, _gqa_inputs, name="gqa_parameter_count", trials=trials, seed=seed, mistakes=mistakes,
+    combos = iter([(t, q) for t in (True, False) for q in (True, False)] * trials)  # trial k: combination k mod 4
+
+    def inputs(rng):  # every (tied, qkv_bias) combination within 4 trials, so each named mistake can show
+        tied, qkv_bias = next(combos)
+        return {**_gqa_inputs(rng), "tied": tied, "qkv_bias": qkv_bias}
+
+    check_function(fn, ref, inputs, name="gqa_parameter_count", trials=trials, seed=seed, mistakes=mistakes,
                    forbidden=("course_utils.training_memory.count_parameters",
                               "course_utils.training_memory.parameter_breakdown",
                               "course_utils.grading.training_memory._reference_gqa_parameter_count"))
