@@ -219,8 +219,9 @@ def compile_cases(todo: list[Case], *, processes: int = 2, keep_ptx: bool = Fals
     """Compile every case in ``processes`` fresh processes with Triton's compiler on; returns, per case,
     a :class:`~course_utils.gpu_compile.Compiled` (PTX kept only with ``keep_ptx``) or raises ``CompileError``
     naming the cases that did not compile."""
-    from .gpu_compile import CompileError, Compiled
+    from .gpu_compile import CompileError, Compiled, _require_triton
 
+    _require_triton()  # without Triton: TritonUnavailable, which a lesson's env.needs_triton turns into a notice
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     chunks = [list(range(len(todo)))[i::processes] for i in range(max(1, processes))]
@@ -253,3 +254,13 @@ def _main() -> int:
 
 if __name__ == "__main__":
     sys.exit(_main())
+
+
+def require(built: dict) -> dict:
+    """``built`` itself, or :class:`~course_utils.env.TritonUnavailable` when nothing could be compiled
+    (a lesson's later cells then print the same one-line notice as the cell that compiled)."""
+    if not built:
+        from .env import TRITON_MISSING, TritonUnavailable
+
+        raise TritonUnavailable(TRITON_MISSING.format(what="compiling for a GPU"))
+    return built

@@ -66,7 +66,7 @@ def test_grade_class_on_thirty_generated_submissions(tmp_path):
             expected[path.stem] = want
     assert len(expected) == 30
     done = subprocess.run([sys.executable, "-m", "course_utils", "grade-class", str(folder), "--pristine", str(pristine),
-                           "--out", str(out), "--cell-timeout", "4"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+                           "--out", str(out), "--cell-timeout", "15"], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     book = json.loads((out / "gradebook.json").read_text())
     got = {r["learner"]: {n: (e["status"], e["points"]) for n, e in r["exercises"].items()} for r in book["learners"]}
