@@ -26,7 +26,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -48,9 +48,14 @@ class Topic:
     number: str                  # "03"
     summary: str                 # README's topic column, or the lesson's title
     needs: str = ""              # README's needs column
-    lesson: str | None = None    # "notebooks/03_convolution.ipynb" when committed
+    lesson: str | None = None    # "notebooks/03_convolution.ipynb" when committed (the first part of a split lesson)
     problems: str | None = None  # "exercises/03_convolution.ipynb" when committed
     title: str = ""              # the lesson's H1 without the number
+    parts: list = field(default_factory=list)  # every lesson notebook of the topic: one, or 07a_, 07b_, 07c_
+
+    @property
+    def pages(self) -> list[str]:
+        return [*self.parts, *([self.problems] if self.problems else [])]
 
 
 def _cells(row: str) -> list[str]:
@@ -100,13 +105,18 @@ def notebook_title(path: Path) -> str:
 def topics(root: Path = ROOT) -> list[Topic]:
     readme = readme_syllabus(root / "README.md")
     found: dict[str, Topic] = {}
-    for lesson in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+    for lesson in sorted((root / "notebooks").glob("[0-9][0-9]*_*.ipynb")):
         number = lesson.name[:2]
-        title = re.sub(r"^\d\d\s*·\s*", "", notebook_title(lesson))
+        if number in found:  # a later part of a split lesson (07b_, 07c_)
+            found[number].parts.append(f"notebooks/{lesson.name}")
+            continue
+        title = re.sub(r"^\d\d[a-z]?\s*·\s*", "", notebook_title(lesson))
         summary, needs = readme.get(number, (title, ""))
-        problems = root / "exercises" / lesson.name
+        problem_name = re.sub(r"^(\d\d)[a-z]_", r"\1_", lesson.name)
+        problems = root / "exercises" / problem_name
         found[number] = Topic(number, summary, needs, f"notebooks/{lesson.name}",
-                              f"exercises/{lesson.name}" if problems.exists() else None, title)
+                              f"exercises/{problem_name}" if problems.exists() else None, title,
+                              [f"notebooks/{lesson.name}"])
     for number, (summary, needs) in readme.items():
         found.setdefault(number, Topic(number, summary, needs))
     return [found[k] for k in sorted(found)]
@@ -219,9 +229,13 @@ def readme_intro(readme: Path = ROOT / "README.md") -> str:
 def front_page(all_topics: list[Topic], times: dict[str, float], machine: dict, repo: str, branch: str) -> str:
     rows = []
     for t in all_topics:
-        lesson = f"[lesson]({t.lesson})" if t.lesson else "planned"
+        if len(t.parts) > 1:
+            lesson = " · ".join(f"[{Path(p).name[2]}]({p})" for p in t.parts)
+        else:
+            lesson = f"[lesson]({t.lesson})" if t.lesson else "planned"
         problems = f"[problem set]({t.problems})" if t.problems else ("planned" if not t.lesson else "–")
-        time_cell = f"{_seconds(times, t.lesson)} / {_seconds(times, t.lesson and 'solutions/' + t.lesson.split('/', 1)[1])}" if t.lesson else ""
+        solution = t.problems and "solutions/" + t.problems.split("/", 1)[1]
+        time_cell = f"{' + '.join(_seconds(times, p) for p in t.parts)} / {_seconds(times, solution)}" if t.lesson else ""
         rows.append(f"| {t.number} | {t.summary} | {lesson} | {problems} | {t.needs} | {time_cell} |")
     where = ", ".join(str(machine[k]) for k in ("cpu", "machine") if machine.get(k))
     cores = f"{machine['cpu_count']}-core " if machine.get("cpu_count") else ""
@@ -230,7 +244,8 @@ def front_page(all_topics: list[Topic], times: dict[str, float], machine: dict, 
     for t in all_topics:
         if not t.lesson:
             continue
-        entries = [f"Lesson <{t.lesson[:-6]}>"] + ([f"Problem set <{t.problems[:-6]}>"] if t.problems else [])
+        names = ["Lesson"] if len(t.parts) == 1 else [f"Lesson {Path(p).name[:3]}" for p in t.parts]
+        entries = [f"{n} <{p[:-6]}>" for n, p in zip(names, t.parts)] + ([f"Problem set <{t.problems[:-6]}>"] if t.problems else [])
         caption = f"{t.number} · {t.title}"
         toctrees.append("```{toctree}\n:hidden:\n:caption: " + caption + "\n\n" + "\n".join(entries) + "\n```")
     github = f"https://github.com/{repo}"
@@ -273,9 +288,8 @@ def build(out: Path = DEFAULT_OUT, repo: str | None = None, branch: str = "main"
         src, doctrees = Path(tmp) / "src", Path(tmp) / "doctrees"
         src.mkdir()
         for t in all_topics:
-            for page in (t.lesson, t.problems):
-                if page:
-                    stage_notebook(root / page, src / page, _link_bar(page, t, repo, branch))
+            for page in t.pages:
+                stage_notebook(root / page, src / page, _link_bar(page, t, repo, branch))
         (src / "index.md").write_text(front_page(all_topics, times, machine, repo, branch), encoding="utf-8")
         # Sphinx writes into the temporary folder (MyST-NB puts its image files beside the output folder).
         html_dir = Path(tmp) / "html"
@@ -287,10 +301,9 @@ def build(out: Path = DEFAULT_OUT, repo: str | None = None, branch: str = "main"
         shutil.copytree(html_dir, out)
     shutil.copytree(mathjax_dir(), out / "_static" / "mathjax", dirs_exist_ok=True)
     for t in all_topics:
-        for page in (t.lesson, t.problems):
-            if page:
-                (out / "files" / page).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(root / page, out / "files" / page)
+        for page in t.pages:
+            (out / "files" / page).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / page, out / "files" / page)
     (out / ".nojekyll").touch()  # GitHub Pages: serve folders whose names start with "_"
     return out
 
