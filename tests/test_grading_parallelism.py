@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from course_utils import parallelism_moe as pmoe
-from course_utils.checks import CheckFailed, ForbiddenCall, NotAttempted
+from course_utils.checks import CheckFailed, ForbiddenCall
 from course_utils.grading import parallelism as g
-from conftest import stub, fails_with  # noqa: E402
+from _grading_helpers import each_mistake_is_named, right_answers_pass  # noqa: E402
 
 
 # ---------------------------------------------------------------- the solutions, as in solutions/09, and other right answers
@@ -158,29 +158,12 @@ CASES = {
 
 @pytest.mark.parametrize("key", list(CASES))
 def test_solution_and_a_different_right_answer_pass_stub_is_not_attempted(key, capsys):
-    check, solution, other = CASES[key]
-    check(solution)
-    check(other, trials=8)
-    assert capsys.readouterr().out.startswith("✅")
-    with pytest.raises(NotAttempted):
-        check(stub)
+    right_answers_pass(*CASES[key], capsys, trials=8)
 
 
 @pytest.mark.parametrize("key", list(CASES))
 def test_every_listed_mistake_is_named_with_its_own_hint(key, monkeypatch):
-    check = CASES[key][0]
-    captured = {}
-    original = g.check_function
-
-    def spy(fn, ref, make_inputs, **kw):
-        captured.setdefault("mistakes", list(kw.get("mistakes", ())))
-        return original(fn, ref, make_inputs, **kw)
-
-    monkeypatch.setattr(g, "check_function", spy)
-    check(CASES[key][1], trials=1)
-    assert captured["mistakes"]
-    for mistake in captured["mistakes"]:
-        fails_with(lambda fn: check(fn, trials=6), mistake.fn, mistake.hint)
+    each_mistake_is_named(g, CASES[key][0], CASES[key][1], monkeypatch, trials=6)
 
 
 HARD_CODED = {

@@ -14,7 +14,8 @@ from course_utils import score_sde_fokker_planck as sfp
 from course_utils import score_sde_solvers as sv
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import score_sde as gs
-from conftest import stub, fails_with  # noqa: E402
+from conftest import fails_with  # noqa: E402
+from _grading_helpers import each_mistake_is_named, right_answers_pass  # noqa: E402
 
 
 # ---------------------------------------------------------------- solutions, as in solutions/12, and other right answers
@@ -84,30 +85,12 @@ CASES = {
 
 @pytest.mark.parametrize("key", list(CASES))
 def test_solution_and_a_different_right_answer_pass_stub_is_not_attempted(key, capsys):
-    check, solution, other = CASES[key]
-    check(solution)
-    check(other, trials=10)
-    assert capsys.readouterr().out.startswith("✅")
-    with pytest.raises(NotAttempted):
-        check(stub)
+    right_answers_pass(*CASES[key], capsys, trials=10)
 
 
 @pytest.mark.parametrize("key", list(CASES))
 def test_every_listed_mistake_is_named_with_its_own_hint(key, monkeypatch):
-    check = CASES[key][0]
-    captured = {}
-    original = gs.check_function
-
-    def spy(fn, ref, make_inputs, **kw):  # the mistakes use the course's copies: feed them unguarded
-        captured["mistakes"] = list(kw.get("mistakes", ()))
-        kw.pop("forbidden", None)
-        return original(fn, ref, make_inputs, **kw)
-
-    monkeypatch.setattr(gs, "check_function", spy)
-    check(CASES[key][1], trials=1)
-    assert len(captured["mistakes"]) >= 4
-    for mistake in captured["mistakes"]:
-        fails_with(lambda fn: check(fn, trials=12), mistake.fn, mistake.hint)
+    each_mistake_is_named(gs, CASES[key][0], CASES[key][1], monkeypatch, trials=12)
 
 
 @pytest.mark.parametrize("key", list(CASES))
