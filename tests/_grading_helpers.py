@@ -93,3 +93,51 @@ def right_answers_pass(check, solution, other, capsys, *, trials):
     assert capsys.readouterr().out.startswith("✅")
     with pytest.raises(NotAttempted):
         check(stub)
+
+
+# ---------------------------------------------------------------- seed sweeps (topics 03 and 04)
+SWEEP_SEEDS = range(4)
+
+
+def sweep_passes(check, fn, seeds=SWEEP_SEEDS, **kwargs):
+    """``check(fn)`` passes on each pinned seed and on fresh inputs."""
+    for seed in seeds:
+        check(fn, seed=seed, quiet=True, **kwargs)
+    check(fn, quiet=True)  # fresh inputs
+
+
+def sweep_named(check, fn, fragment):
+    """``fn`` fails with a one-line message holding ``fragment`` on every pinned seed."""
+    from conftest import fails_with
+
+    for seed in SWEEP_SEEDS:
+        fails_with(lambda f: check(f, seed=seed, quiet=True), fn, fragment)
+
+
+def forbidden_call(check, fn, fragment):
+    """``fn`` fails as a forbidden call, the message naming ``fragment``."""
+    from course_utils.checks import ForbiddenCall
+
+    with pytest.raises(ForbiddenCall) as info:
+        check(fn, seed=0, quiet=True)
+    assert fragment in str(info.value), str(info.value)
+
+
+def replayed_answer_fails(check, solution, *, names_inputs=False):
+    """Record the solution's first answer on seed 0's inputs and return it for everything: fresh inputs catch it.
+
+    ``names_inputs``: the failure must also point at the inputs (the seed or the differing values), not only
+    at a named mistake the replayed answer happens to match."""
+    table = []
+
+    def recorder(*args):
+        out = solution(*args)
+        table.append(out)
+        return out
+
+    check(recorder, seed=0, quiet=True)
+    with pytest.raises(CheckFailed) as info:
+        check(lambda *args: table[0], seed=1, quiet=True)
+    assert not isinstance(info.value, NotAttempted)
+    if names_inputs:
+        assert "seed=1" in str(info.value) or "expected" in str(info.value) or "differ" in str(info.value), str(info.value)

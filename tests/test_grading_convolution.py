@@ -9,49 +9,17 @@ import torch
 import torch.nn.functional as F
 
 from conftest import fails_with, stub  # noqa: E402
+from _grading_helpers import SWEEP_SEEDS, forbidden_call as forbidden, replayed_answer_fails, sweep_named as named, sweep_passes as passes  # noqa: E402,E501
 from course_utils import convolution as cv
-from course_utils.checks import CheckFailed, ForbiddenCall, NotAttempted
+from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import convolution as grading
 from course_utils.grading import convolution_backward as backward
 
-SEEDS = range(4)
-
-
-def passes(check, fn, seeds=SEEDS, **kwargs):
-    for seed in seeds:
-        check(fn, seed=seed, quiet=True, **kwargs)
-    check(fn, quiet=True)  # fresh inputs
-
-
-def named(check, fn, fragment):
-    for seed in SEEDS:
-        fails_with(lambda f: check(f, seed=seed, quiet=True), fn, fragment)
-
-
-def forbidden(check, fn, fragment):
-    with pytest.raises(ForbiddenCall) as info:
-        check(fn, seed=0, quiet=True)
-    assert fragment in str(info.value), str(info.value)
+SEEDS = SWEEP_SEEDS
 
 
 def hard_coded(check, solution):
-    """Record the solution's answers on seed 0's inputs, then replay them: fresh inputs must catch it."""
-    table = []
-
-    def recorder(*args):
-        out = solution(*args)
-        table.append(out)
-        return out
-
-    check(recorder, seed=0, quiet=True)
-
-    def replay(*args):
-        return table[0]
-
-    with pytest.raises(CheckFailed) as info:
-        check(replay, seed=1, quiet=True)
-    assert not isinstance(info.value, NotAttempted)
-    assert "seed=1" in str(info.value) or "expected" in str(info.value) or "differ" in str(info.value), str(info.value)
+    replayed_answer_fails(check, solution, names_inputs=True)
 
 
 # ---------------------------------------------------------------- exercise 1

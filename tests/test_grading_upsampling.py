@@ -8,45 +8,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import fails_with, stub  # noqa: E402
+from conftest import stub  # noqa: E402
+from _grading_helpers import SWEEP_SEEDS, forbidden_call as forbidden, replayed_answer_fails as hard_coded, sweep_named as named, sweep_passes as passes  # noqa: E402,E501
 from course_utils import upsampling as up
-from course_utils.checks import CheckFailed, ForbiddenCall, NotAttempted
+from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import upsampling as grading
 from course_utils.grading import upsampling_transposed as transposed
 
-SEEDS = range(4)
-
-
-def passes(check, fn, seeds=SEEDS, **kwargs):
-    for seed in seeds:
-        check(fn, seed=seed, quiet=True, **kwargs)
-    check(fn, quiet=True)  # fresh inputs
-
-
-def named(check, fn, fragment):
-    for seed in SEEDS:
-        fails_with(lambda f: check(f, seed=seed, quiet=True), fn, fragment)
-
-
-def forbidden(check, fn, fragment):
-    with pytest.raises(ForbiddenCall) as info:
-        check(fn, seed=0, quiet=True)
-    assert fragment in str(info.value), str(info.value)
-
-
-def hard_coded(check, solution):
-    """Record the solution's first answer on seed 0's inputs and return it for everything: fresh inputs catch it."""
-    table = []
-
-    def recorder(*args):
-        out = solution(*args)
-        table.append(out)
-        return out
-
-    check(recorder, seed=0, quiet=True)
-    with pytest.raises(CheckFailed) as info:
-        check(lambda *args: table[0], seed=1, quiet=True)
-    assert not isinstance(info.value, NotAttempted)
+SEEDS = SWEEP_SEEDS
 
 
 # ---------------------------------------------------------------- exercise 1: interpolation matrix
