@@ -64,7 +64,7 @@ test: lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-portable: $(STAMP)
-	$(PY) -m course_utils.portable --no-triton
+	$(PY) -m course_utils.devtools.portable --no-triton
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -4,7 +4,7 @@
     python benchmarks/compile_facts.py --quick --output-dir $OUT   # the sm_90 GEMMs only
 
 Needs no GPU: Triton's CUDA backend and the ptxas inside the triton wheel compile for a named GPU
-(``course_utils.gemm_compile``). Per kernel and configuration: registers per thread, spill bytes,
+(``course_utils.devtools.compile_matrix``). Per kernel and configuration: registers per thread, spill bytes,
 stack, shared memory, an occupancy estimate, and which of wgmma / mma.sync / TMA / cp.async /
 mbarrier / setmaxnreg / ldmatrix the PTX contains, with the Triton version and the course commit.
 """
@@ -28,10 +28,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     os.environ.setdefault("COURSE_TIER", "cpu")        # compiling needs no device; keep this process off the GPU
     from course_utils import gemm_compile as GC
+    from course_utils.devtools.compile_matrix import compile_matrix
     from course_utils.gpu_compile import FEATURES
     from course_utils.provenance import machine_info, results_path
 
-    todo = GC.compile_matrix((90,), conv=False, attention=False, t4=False) if args.quick else GC.compile_matrix(full=True)
+    todo = compile_matrix((90,), conv=False, attention=False, t4=False) if args.quick else compile_matrix(full=True)
     compiled = GC.compile_cases(todo, processes=args.processes)
     rows = []
     for case, c in zip(todo, compiled):

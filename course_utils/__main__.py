@@ -6,9 +6,12 @@ import sys
 import time
 from pathlib import Path
 
+__all__ = ["main"]
+
 
 def _exercises(args) -> int:
-    from .assignments import ROOT, AssignmentError, diff_summary, generate_exercises
+    from .classroom.assignments import AssignmentError, diff_summary, generate_exercises
+    from .paths import SOLUTIONS
 
     solutions = [Path(p) for p in args.solutions] if args.solutions else None
     out_dir = Path(args.out) if args.out else None
@@ -22,7 +25,7 @@ def _exercises(args) -> int:
             print("exercises/ is up to date with solutions/.")
             return 0
         for target in report.differing + report.missing:
-            source = (ROOT / "solutions" / target.name) if solutions is None else next(s for s in solutions if s.name == target.name)
+            source = (SOLUTIONS / target.name) if solutions is None else next(s for s in solutions if s.name == target.name)
             state = "differs from" if target in report.differing else "is missing for"
             print(f"{target} {state} {source}")
             if target in report.differing:
@@ -41,7 +44,7 @@ def _exercises(args) -> int:
 
 
 def _grade(args) -> int:
-    from .grader import EXIT_BAD_INPUT, EXIT_FULL, EXIT_NO_KERNEL, EXIT_PARTIAL, GradingInputError, KernelStartError, grade_notebook, write_json
+    from .classroom.grader import EXIT_BAD_INPUT, EXIT_FULL, EXIT_NO_KERNEL, EXIT_PARTIAL, GradingInputError, KernelStartError, grade_notebook, write_json
 
     try:
         report = grade_notebook(Path(args.path), cell_timeout=args.cell_timeout, pristine=args.pristine)
@@ -58,8 +61,8 @@ def _grade(args) -> int:
 
 
 def _grade_class(args) -> int:
-    from .gradebook import grade_class, statistics, statistics_table
-    from .grader import EXIT_BAD_INPUT, GradingInputError
+    from .classroom.gradebook import grade_class, statistics, statistics_table
+    from .classroom.grader import EXIT_BAD_INPUT, GradingInputError
 
     try:
         started = time.monotonic()
@@ -76,13 +79,13 @@ def _grade_class(args) -> int:
 
 
 def _doctor(args) -> int:
-    from .doctor import run_doctor
+    from .devtools.doctor import run_doctor
 
     return run_doctor()
 
 
 def _times(args) -> int:
-    from .notebook_times import run_times
+    from .devtools.notebook_times import run_times
 
     run_times([Path(p) for p in args.paths] or None, Path(args.output) if args.output else None)
     return 0

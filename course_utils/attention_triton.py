@@ -22,13 +22,13 @@ import os
 import pickle
 import subprocess
 import sys
-from pathlib import Path
 
 import torch
 
 from .attention import _scale, flash_attention_backward_tiles, flash_attention_forward_numpy
 from .attention_triton_backward import flash_attention_backward_triton
 from .env import TRITON_MISSING, TritonUnavailable, import_triton
+from .paths import ROOT
 
 __all__ = [
     "attention_tile_step",
@@ -281,7 +281,7 @@ def compile_attention_kernels(configs: list[dict]) -> list:
 
     if not knobs.runtime.interpret:
         return [_compile_here(**config) for config in configs]
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(ROOT)
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1",
                PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
     code = ("import pickle, sys\nfrom course_utils.attention_triton import _compile_here\n"

@@ -23,6 +23,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+__all__ = ["Timing", "format_seconds", "single_thread", "time_cpu", "time_cuda", "time_it", "matmul_flops", "matmul_bytes",
+           "conv1d_flops", "conv2d_flops", "gflops", "gbps", "Ceilings", "measure_ceilings", "Rung", "Ladder", "plot_ladder",
+           "plot_roofline"]
+
 
 @dataclass(frozen=True)
 class Timing:

@@ -25,6 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from .errors import TritonUnavailable
+
+__all__ = ["Env", "setup", "detect_tier", "import_triton", "seed_everything", "TritonUnavailable", "TRITON_MISSING", "TIERS"]
+
 TIERS = ("cpu", "cuda", "sm90")
 
 
@@ -118,10 +122,6 @@ def _configure_triton(tier: str) -> str:
     except ImportError:
         return "missing"
     return "interpreted" if os.environ.get("TRITON_INTERPRET") == "1" else "compiled"
-
-
-class TritonUnavailable(RuntimeError):
-    """Triton is not installed here; raised when a stand-in kernel is launched or compiled."""
 
 
 TRITON_MISSING = ("Triton is not installed on this machine (it installs only on Linux x86-64): {what} is skipped. "
@@ -256,7 +256,7 @@ def _install_short_tracebacks() -> None:
     ip = get_ipython()
     if ip is None or not hasattr(ip, "_showtraceback"):
         return
-    from .checks import CheckFailed
+    from .errors import CheckFailed
 
     def one_line(shell, etype, value, tb, tb_offset=None):
         stb = [f"\x1b[0;31m{etype.__name__}\x1b[0m: {value}"]

@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from .paths import ROOT
+
+__all__ = ["compile_for", "compile_for_each", "Compiled", "CompileError", "ARCH_LIMITS", "FEATURES", "GPU_NAMES"]
+
 # Per architecture: registers and shared memory per SM, shared memory one block may use, threads per SM.
 # From NVIDIA's CUDA C++ Programming Guide, "Compute capabilities" table (per-SM and per-block limits).
 ARCH_LIMITS: dict[int, dict[str, int]] = {
@@ -163,7 +167,8 @@ def _require_triton() -> None:
     try:
         import triton  # noqa: F401
     except ImportError:
-        from .env import TRITON_MISSING, TritonUnavailable
+        from .env import TRITON_MISSING
+        from .errors import TritonUnavailable
 
         raise TritonUnavailable(TRITON_MISSING.format(what="compiling for a GPU")) from None
 
@@ -222,7 +227,7 @@ def _compile_elsewhere(kernel: Any, arch: int | list[int], kwargs: dict) -> "Com
 
     request = {"recipe": _recipe(kernel), "arch": arch, "kwargs": kwargs}
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    folders = [str(Path(__file__).resolve().parent.parent), request["recipe"].get("path", ""), env.get("PYTHONPATH", "")]
+    folders = [str(ROOT), request["recipe"].get("path", ""), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(f for f in folders if f)
     done = subprocess.run([_sys.executable, "-m", "course_utils.gpu_compile"], input=json.dumps(request), capture_output=True,
                           text=True, env=env, timeout=900)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import matplotlib
 
+__all__ = ["COLORS", "CYCLE", "STYLE", "apply_style", "color_for"]
+
 # Colour per kind of rung, reused by bench.plot_ladder and every lesson.
 COLORS = {
     "loops": "#d62728",  # naive Python/NumPy loops

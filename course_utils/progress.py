@@ -12,6 +12,8 @@ from typing import Iterable, Iterator, TypeVar
 
 from tqdm import tqdm
 
+__all__ = ["progress", "BAR_FORMAT"]
+
 T = TypeVar("T")
 
 BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt}"

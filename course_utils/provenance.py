@@ -1,6 +1,6 @@
 """Where a measurement came from: one record of the machine, the software and the course's commit.
 
-Used by every script in ``benchmarks/`` and by :mod:`course_utils.notebook_times`, so that each file
+Used by every script in ``benchmarks/`` and by :mod:`course_utils.devtools.notebook_times`, so that each file
 under ``benchmarks/results/`` names its machine the same way, and by :func:`results_path`, which
 dates result files so that a rerun never overwrites an earlier one.
 """
@@ -12,7 +12,9 @@ import platform
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from .paths import BENCHMARK_RESULTS, ROOT
+
+__all__ = ["machine_info", "results_path", "cpu_model", "course_commit", "gpu_driver"]
 
 
 def cpu_model() -> str:
@@ -93,7 +95,7 @@ def machine_info(*, threads: int | None = None, extra: dict | None = None) -> di
 
 def results_path(name: str, *, folder: Path | None = None, suffix: str = ".json") -> Path:
     """``benchmarks/results/NAME_YYYY-MM-DD[_HHMM].json``: dated, never overwriting an earlier record."""
-    folder = folder or ROOT / "benchmarks" / "results"
+    folder = folder or BENCHMARK_RESULTS
     now = dt.datetime.now(dt.timezone.utc)
     path = folder / f"{name}_{now:%Y-%m-%d}{suffix}"
     if path.exists():

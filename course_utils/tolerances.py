@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["tolerance_for", "TOLERANCES", "UNIT_ROUNDOFF"]
+
 try:
     import torch
 except ImportError:  # pragma: no cover

@@ -27,7 +27,8 @@ from conftest import ROOT
 LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 CLOSING = ["Summary", "Check yourself", "Further reading"]
-NOT_LIBRARY = {"course_utils.__main__", "course_utils.zero1_demo", "course_utils.parallelism_workers", "course_utils.portable"}
+NOT_LIBRARY = {"course_utils.__main__", "course_utils.zero1_demo", "course_utils.parallelism_workers", "course_utils.portable",
+               "course_utils.devtools.portable"}
 
 
 def ids(paths):

@@ -9,8 +9,8 @@ import nbformat
 import pytest
 
 from conftest import ROOT, nbgrader, toy_problem_set
-from course_utils import assignments
-from course_utils.assignments import AssignmentError, STUB_CODE, generate_exercises, make_exercise
+from course_utils.classroom import assignments
+from course_utils.classroom.assignments import AssignmentError, STUB_CODE, generate_exercises, make_exercise
 
 
 def test_solution_regions_become_stubs_at_their_indentation():

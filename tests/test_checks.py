@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils.checks import CheckFailed, Mistake, NotAttempted, TOLERANCES, check_function, check_value, tolerance_for
+from course_utils.checks import TOLERANCES, tolerance_for
+from course_utils.classroom.checking import Mistake, check_function, check_value
+from course_utils.errors import CheckFailed, NotAttempted
 
 
 def ref_softmax(x):

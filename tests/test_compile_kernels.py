@@ -1,5 +1,5 @@
 """Every course kernel compiled for sm_80 and sm_90 (and T4-sized fp16 variants for sm_75) at the
-configurations its benchmark launches, on a machine without a GPU (course_utils.gemm_compile).
+configurations its benchmark launches, on a machine without a GPU (course_utils.devtools.compile_matrix).
 
 Fails on a spill, on shared memory over the device's per-block limit, on a Hopper GEMM or attention
 kernel without ``wgmma``, on a descriptor kernel without TMA, on a pointer kernel that is not
@@ -19,10 +19,11 @@ except gc.CompileError as exc:  # pragma: no cover - a triton wheel without the 
 
 from course_utils import gemm as G  # noqa: E402
 from course_utils import gemm_compile as GC  # noqa: E402
+from course_utils.devtools.compile_matrix import compile_matrix  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-CASES = GC.compile_matrix()
+CASES = compile_matrix()
 # Two extra compiles that show why the configurations are what they are.
 WS_AT_8 = GC.gemm_case("warp-specialized", G.Config(128, 256, 64, 8, 3, 8), 90)
 PERSISTENT_4_STAGES = GC.gemm_case("descriptor persistent", G.Config(128, 256, 64, 8, 4, 8), 90)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import io
 
-from course_utils.doctor import PACKAGES, run_doctor
+from course_utils.devtools.doctor import PACKAGES, run_doctor
 
 
 def test_doctor_reports_ok_for_the_installed_environment():
@@ -16,7 +16,7 @@ def test_doctor_reports_ok_for_the_installed_environment():
 
 
 def test_doctor_flags_a_missing_package(monkeypatch):
-    import course_utils.doctor as doctor
+    import course_utils.devtools.doctor as doctor
 
     monkeypatch.setattr(doctor, "PACKAGES", [("definitely_not_a_package_xyz", "xyz", True)])
     out = io.StringIO()

@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 from conftest import ROOT, toy_problem_set
-from course_utils.assignments import make_exercise
+from course_utils.classroom.assignments import make_exercise
 
 pytestmark = pytest.mark.slow
 

@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from conftest import ROOT, toy_problem_set
-from course_utils.assignments import make_exercise
-from course_utils.grader import GradingInputError
-from course_utils.grader import grade_notebook as _grade_notebook
+from course_utils.classroom.assignments import make_exercise
+from course_utils.classroom.grader import GradingInputError
+from course_utils.classroom.grader import grade_notebook as _grade_notebook
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ import nbformat
 import pytest
 
 from conftest import ROOT, toy_problem_set
-from course_utils.assignments import make_exercise
-from course_utils.grader import grade_notebook
+from course_utils.classroom.assignments import make_exercise
+from course_utils.classroom.grader import grade_notebook
 
 pytestmark = pytest.mark.slow
 WRONG_DOUBLE = "return x * x"

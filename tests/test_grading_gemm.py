@@ -350,7 +350,7 @@ def test_named_mistakes_survive_the_grader(tmp_path):
     import nbformat
 
     from conftest import ROOT
-    from course_utils.grader import grade_notebook
+    from course_utils.classroom.grader import grade_notebook
 
     nb = nbformat.read(ROOT / "solutions" / "05_gemm_triton.ipynb", as_version=4)
     edits = {

@@ -6,7 +6,7 @@ import json
 import nbformat
 import pytest
 
-from course_utils.notebook_times import run_times, time_notebook
+from course_utils.devtools.notebook_times import run_times, time_notebook
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from course_utils import portable
+from course_utils.devtools import portable
 
 TRITON_NOTEBOOKS = ["notebooks/03_convolution.ipynb", "notebooks/05_gemm_triton.ipynb", "notebooks/06_flash_attention.ipynb",
                     "solutions/05_gemm_triton.ipynb"]
@@ -35,7 +35,7 @@ def test_configurations_emulate_older_cpus_and_other_thread_counts():
 
 @pytest.mark.slow
 def test_triton_lessons_run_without_an_error_when_triton_is_missing():
-    done = subprocess.run([sys.executable, "-m", "course_utils.portable", "--only-no-triton", *TRITON_NOTEBOOKS],
+    done = subprocess.run([sys.executable, "-m", "course_utils.devtools.portable", "--only-no-triton", *TRITON_NOTEBOOKS],
                           capture_output=True, text=True, cwd=ROOT, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "every configuration passed" in done.stdout

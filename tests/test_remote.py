@@ -1,4 +1,4 @@
-"""course_utils.remote: what travels between the learner's kernel and the grading process."""
+"""course_utils.classroom.remote: what travels between the learner's kernel and the grading process."""
 from __future__ import annotations
 
 import io
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils import remote
+from course_utils.classroom import remote
 
 
 def roundtrip(obj):

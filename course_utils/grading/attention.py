@@ -15,7 +15,7 @@ import numpy as np
 
 from ..attention import attention_backward_naive, attention_naive, merge_states
 from ..attention_io import causal_blocks_visited
-from ..checks import Mistake, check_function
+from ..classroom.checking import Mistake, check_function
 from .attention_inputs import (FORBIDDEN_ATTENTION, FORBIDDEN_BLOCKS, FP32_EXP_OVERFLOW, FP64_EXP_OVERFLOW,
                                HOT_FP32_TOL, _cycle, _hot_row, _lse, _masked_attention,
                                _nonfinite_mistakes, _qkv, _rand)

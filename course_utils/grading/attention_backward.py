@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from ..attention import attention_naive
-from ..checks import Mistake, check_function
+from ..classroom.checking import Mistake, check_function
 from .attention_inputs import FORBIDDEN_ATTENTION, _cycle, _lse, _qkv, _rand
 
 __all__ = ["check_dkdv_tile"]

@@ -14,7 +14,9 @@ from typing import Callable
 import numpy as np
 
 from ..attention import softmax_safe
-from ..checks import CheckFailed, Mistake, call_learner, tolerance_for
+from ..classroom.checking import Mistake, call_learner
+from ..errors import CheckFailed
+from ..tolerances import tolerance_for
 
 
 # The production ops a "by hand" attention or softmax must not call.

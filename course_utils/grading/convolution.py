@@ -16,7 +16,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..checks import CheckFailed, Mistake, call_learner, check_function
+from ..classroom.checking import Mistake, call_learner, check_function
+from ..errors import CheckFailed
 from ..convolution import conv_output_size, im2col
 from .convolution_backward import check_conv2d_grad_input, check_conv2d_grad_weight
 from .convolution_common import CONV_OPS, COURSE_CONVS, UNFOLD_OPS, _edge_size, _flip, _size_for, _torch_conv

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..checks import Mistake, check_function
+from ..classroom.checking import Mistake, check_function
 from ..convolution import conv_output_size, im2col_view
 from .convolution_common import AUTOGRAD, CONV_OPS, COURSE_CONVS, UNFOLD_OPS, _flip, _size_for
 

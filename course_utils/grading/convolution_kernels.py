@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..checks import Mistake, check_function
+from ..classroom.checking import Mistake, check_function
 
 __all__ = ["check_micro_kernel_update"]
 

@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..checks import Mistake, check_function
+from ..classroom.checking import Mistake, check_function
 from ..diffusion import cosine_alpha_bar_fn, cosine_schedule, linear_schedule, posterior_mean_variance
 from ..diffusion_metrics import _sq_dists, mmd_rbf
 

@@ -12,7 +12,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..checks import CheckFailed, Mistake, call_learner, check_function, fresh_seed
+from ..classroom.checking import Mistake, call_learner, check_function, fresh_seed
+from ..errors import CheckFailed
 from ..floating_point import FORMATS, FloatFormat, decode, fields, random_patterns, torch_decode
 from ..floating_point_rounding import _F32_MAX, classify, round_bits, round_to_format, rounding_test_values, torch_round
 from ..floating_point_summation import kahan_sum, sequential_sum

@@ -11,7 +11,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..checks import CheckFailed, Mistake, call_learner, check_function
+from ..classroom.checking import Mistake, call_learner, check_function
+from ..errors import CheckFailed
 from ..foundations import sliding_windows
 
 __all__ = [

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..checks import Mistake, check_function
+from ..classroom.checking import Mistake, check_function
 from ..gemm_models import gemm_intensity, gemm_min_bytes, grouped_tile, roofline_bound, smem_layout_addresses, swizzle, wavefronts
 from .gemm_kernels import check_linear, check_linear_bias_leaky
 

@@ -21,7 +21,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..checks import CheckFailed, NotAttempted, call_learner, fresh_seed, tolerance_for
+from ..classroom.checking import call_learner, fresh_seed
+from ..errors import CheckFailed, NotAttempted
+from ..tolerances import tolerance_for
 from ..gemm import TIER
 
 __all__ = ["check_linear", "check_linear_bias_leaky", "FORBIDDEN_MATMUL", "C_FILL"]

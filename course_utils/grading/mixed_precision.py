@@ -11,7 +11,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..checks import CheckFailed, Mistake, call_learner, check_function
+from ..classroom.checking import Mistake, call_learner, check_function
+from ..errors import CheckFailed
 from ..mixed_precision import DTYPES
 from ..mixed_precision_memory import measure_recipe_memory
 

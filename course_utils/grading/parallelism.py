@@ -11,7 +11,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..checks import Mistake, check_function, tolerance_for
+from ..classroom.checking import Mistake, check_function
+from ..tolerances import tolerance_for
 
 
 def _gen(rng) -> torch.Generator:

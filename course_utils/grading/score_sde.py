@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..checks import Mistake, check_function
+from ..classroom.checking import Mistake, check_function
 from ..score_sde import dsm_objective, ula_step
 from ..score_sde_fokker_planck import fokker_planck_ftcs
 from ..score_sde_solvers import probability_flow_velocity, reverse_sde_euler_maruyama, vp_beta

@@ -11,7 +11,8 @@ import math
 import numpy as np
 import torch
 
-from ..checks import CheckFailed, Mistake, call_learner, check_function, fresh_seed
+from ..classroom.checking import Mistake, call_learner, check_function, fresh_seed
+from ..errors import CheckFailed
 
 _RMS_FORBIDDEN = ("torch.nn.functional.rms_norm", "torch.rms_norm", "course_utils.slm.RMSNorm.forward")
 _ROPE_FORBIDDEN = ("course_utils.slm.rotate_pairs", "course_utils.slm.rope_angles")

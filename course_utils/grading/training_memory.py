@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..checks import Mistake, check_function
+from ..classroom.checking import Mistake, check_function
 from ..training_memory import GB, GiB, TransformerShape, activation_bytes_per_layer, count_parameters, saved_tensors
 from ..training_memory_plan import zero_bytes_per_gpu
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..checks import Mistake, call_learner, check_function
+from ..classroom.checking import Mistake, call_learner, check_function
 from ..upsampling import source_positions
 from .upsampling_transposed import (CONV_OPS, check_conv_transpose_by_zero_insertion, check_overlap_counts,
                                     check_subpixel_weight)

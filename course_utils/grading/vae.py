@@ -13,7 +13,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..checks import CheckFailed, Mistake, call_learner, check_function, fresh_seed
+from ..classroom.checking import Mistake, call_learner, check_function, fresh_seed
+from ..errors import CheckFailed
 from ..vae import LOG_2PI, bernoulli_log_prob, diag_gaussian_kl, gaussian_log_prob, reparameterize
 
 _DISTRIBUTIONS = ("torch.distributions.kl_divergence", "torch.distributions.Normal.log_prob",

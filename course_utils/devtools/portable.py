@@ -17,9 +17,11 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from ..paths import ROOT
+
+__all__ = ["configurations", "no_triton_environment", "run", "main", "NO_TRITON_DIR", "NEEDS_TRITON", "NO_TRITON_ARGS"]
+
 NO_TRITON_DIR = ROOT / "tests" / "no_triton"
 
 

@@ -29,6 +29,8 @@ import nbformat
 from .assignments import exercise_name, is_graded, nbgrader_meta
 from .grader import GradingInputError, find_pristine, read_notebook
 
+__all__ = ["Row", "grade_one", "grade_class", "write_gradebook", "statistics", "statistics_table"]
+
 
 @dataclass
 class Row:

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import nbformat
 
-from .assignments import ROOT
-from .provenance import machine_info
+from ..paths import ROOT
+from ..provenance import machine_info
+
+__all__ = ["default_notebooks", "time_notebook", "run_times"]
 
 _PEAK_CELL = (
     "import resource as _r, sys as _s\n"

@@ -41,8 +41,11 @@ from pathlib import Path
 
 import nbformat
 
-from .assignments import ROOT, exercise_name, is_graded, nbgrader_meta
+from ..paths import ROOT
+from .assignments import exercise_name, is_graded, nbgrader_meta
 from .pristine import KernelSession, preamble_namespace, run_check, tampered
+
+__all__ = ["GradingInputError", "KernelStartError", "ExerciseResult", "GradeReport", "NOT_ATTEMPTED_ERRORS", "FAILED_ERRORS", "EXIT_FULL", "EXIT_PARTIAL", "EXIT_BAD_INPUT", "EXIT_NO_KERNEL", "read_notebook", "find_pristine", "grade_notebook", "write_json"]
 
 EXIT_FULL, EXIT_PARTIAL, EXIT_BAD_INPUT, EXIT_NO_KERNEL = 0, 1, 2, 3
 NOT_ATTEMPTED_ERRORS = {"NotAttempted", "NotImplementedError"}

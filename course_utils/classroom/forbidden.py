@@ -1,6 +1,6 @@
 """Forbidden shortcuts: notice when a learner's code calls the function an exercise asks them to write.
 
-Used by :func:`course_utils.checks.call_learner` (``forbidden=...``) in the learner's own kernel, and by
+Used by :func:`course_utils.classroom.checking.call_learner` (``forbidden=...``) in the learner's own kernel, and by
 :mod:`course_utils.remote`, which runs the same guard around a learner's call when the grader asks.
 """
 from __future__ import annotations
@@ -15,11 +15,9 @@ try:
 except ImportError:  # pragma: no cover
     torch = None
 
-from .checks import CheckFailed
+from ..errors import ForbiddenCall
 
-
-class ForbiddenCall(CheckFailed):
-    """The learner's code called a function the exercise asks them to replace by hand."""
+__all__ = ["ForbiddenCall", "forbidden_message"]
 
 
 def _resolve(dotted: str) -> Any:

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["RemoteObject", "RemoteError", "RemoteNotImplemented", "RemoteTimeout", "RemoteDead", "remote_error", "encode", "decode", "serve", "MAX_DEPTH"]
+
 try:
     import torch
 except ImportError:  # pragma: no cover
@@ -281,7 +283,7 @@ def _answer(request: dict, arrays: list) -> dict:
         snapshot = _snapshot(args, kwargs)
         hit = None
         if request.get("forbidden"):
-            from .checks import _ForbiddenGuard
+            from .forbidden import _ForbiddenGuard
 
             with _ForbiddenGuard(request["forbidden"]) as guard:
                 result = target(*args, **kwargs)

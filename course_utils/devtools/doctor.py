@@ -13,6 +13,8 @@ import os
 import platform
 import sys
 
+__all__ = ["PACKAGES", "check_package", "triton_smoke_test", "run_doctor"]
+
 # (import name, distribution name, required?) -- mirrors pyproject.toml.
 PACKAGES = [
     ("torch", "torch", True),
@@ -46,7 +48,7 @@ def check_package(module: str, dist: str) -> tuple[bool, str]:
 
 def triton_smoke_test() -> tuple[bool, str]:
     """Run a one-block vector add in Triton (compiled on CUDA, interpreted otherwise)."""
-    from .env import _configure_triton, detect_tier
+    from ..env import _configure_triton, detect_tier
 
     tier = detect_tier()
     mode = _configure_triton(tier)
@@ -87,7 +89,7 @@ def run_doctor(stream=None) -> int:
             print(f"FAIL  {dist:<14} {info}; run `make install` (or pip install -e '.[dev]')", file=stream)
         else:
             print(f"WARN  {dist:<14} {info}; needed only for tests/grading: pip install -e '.[dev]'", file=stream)
-    from .env import detect_tier
+    from ..env import detect_tier
 
     tier = detect_tier()
     print(f"OK    tier           {tier}" + ("" if tier != "cpu" else " (no CUDA device: small sizes, fp32)"), file=stream)

@@ -20,6 +20,8 @@ import nbformat
 
 from .assignments import BEGIN_HIDDEN, END_HIDDEN, _strip_regions, is_graded, is_solution
 
+__all__ = ["KernelSession", "tampered", "preamble_namespace", "run_check"]
+
 
 def _num(x: float) -> str:
     return f"{x:g}"
@@ -118,7 +120,7 @@ class KernelSession:
         with open(base + ".in", "wb") as f:
             cloudpickle.dump(request, f)
         tick = time.monotonic()
-        cell = self.run_code(f"import course_utils.remote as _l2k_remote; _l2k_remote.serve({base!r})")
+        cell = self.run_code(f"import course_utils.classroom.remote as _l2k_remote; _l2k_remote.serve({base!r})")
         if self.dead:
             raise RemoteDead("DeadKernel", "the kernel died while running your code (a crash or out of memory)")
         if not os.path.exists(base + ".json"):

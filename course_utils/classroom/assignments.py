@@ -22,6 +22,10 @@ from pathlib import Path
 
 import nbformat
 
+from ..paths import ROOT
+
+__all__ = ["AssignmentError", "DriftReport", "BEGIN_SOLUTION", "END_SOLUTION", "BEGIN_HIDDEN", "END_HIDDEN", "STUB_CODE", "STUB_MARKDOWN", "nbgrader_meta", "is_graded", "is_solution", "validate_solution_notebook", "make_exercise", "exercise_text", "generate_exercises", "diff_summary", "exercise_name"]
+
 BEGIN_SOLUTION = "### BEGIN SOLUTION"
 END_SOLUTION = "### END SOLUTION"
 BEGIN_HIDDEN = "### BEGIN HIDDEN TESTS"
@@ -29,7 +33,6 @@ END_HIDDEN = "### END HIDDEN TESTS"
 STUB_CODE = 'raise NotImplementedError("Exercise not attempted yet: replace this line with your code.")'
 STUB_MARKDOWN = "YOUR ANSWER HERE"
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class AssignmentError(ValueError):
