@@ -13,7 +13,8 @@ torch.nn.functional.conv2d (the reference). Per layer it also times ``np.matmul`
 ``np.matmul`` at 1024^3. All of it alternates in ``--rounds`` rounds (each rung the best of ``--repeats``
 calls), so that a busy neighbour on a shared machine slows every rung of a round; ratios are per round and
 the table gives their median and range. The machine record (provenance.machine_info) adds the CPU's
-vector ISA, a measured clock, eq. (8)'s derived peak and the caches with the VM sanity check. The Triton
+vector ISA, a measured clock, eq. (8)'s derived peak, the peak measured by a throughput loop of independent FMA
+chains, and the caches with the VM sanity check. The Triton
 rung is left out: on a CPU it runs in the interpreter, whose time is not a speed.
 """
 from __future__ import annotations
@@ -138,7 +139,10 @@ def cpu_model(threads: int) -> dict:
     """What the compiled rungs are tuned to: ISA, measured clock, eq. (8)'s peak, caches with the VM check."""
     isa = mach.vector_isa()
     clock = mach.measure_clock_ghz()
+    with bench.single_thread():
+        fma = {n: mach.fma_throughput_gflops(n, isa["fp32_lanes"])[0] for n in (4, 8, 12, 16)}
     return {"isa": isa, "clock_ghz_measured": clock, "register_tile": [cc.MR, cc.NR], "blocks": cc.BLOCKS,
+            "fma_throughput_gflops_by_chains": fma, "measured_peak_gflops_per_core": max(fma.values()),
             "derived_peak_gflops_per_core": mach.derived_peak_gflops(1, isa["fp32_lanes"], isa["fma_units"], clock),
             "derived_peak_gflops_threads_used": mach.derived_peak_gflops(threads, isa["fp32_lanes"], isa["fma_units"], clock),
             "caches": mach.sane_caches(blk.cache_sizes())}
@@ -182,7 +186,8 @@ def main(argv=None) -> int:
     print(f"{info['cpu']} | {args.threads} thread(s) | numpy {info['numpy']} | torch {info['torch']} | numba {numba.__version__}")
     print(f"{isa['isa']}, {isa['fp32_lanes']} lanes x {isa['fma_units']} FMA units, clock {model['clock_ghz_measured']:.2f} GHz "
           f"(measured) -> derived peak {model['derived_peak_gflops_per_core']:.0f} GFLOP/s per core, "
-          f"{model['derived_peak_gflops_threads_used']:.0f} on {args.threads} thread(s); L3: {model['caches']['L3_note']}")
+          f"{model['derived_peak_gflops_threads_used']:.0f} on {args.threads} thread(s); measured (FMA throughput loop) "
+          f"{model['measured_peak_gflops_per_core']:.0f} per core; L3: {model['caches']['L3_note']}")
     results = {"gemm": None, "layers": []}
     if args.gemm_size:
         results["gemm"] = gemm_square(args.gemm_size, args.threads, args.rounds, args.repeats, rng)

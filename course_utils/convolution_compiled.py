@@ -1,4 +1,4 @@
-r"""Topic 03 (convolution), rungs 4c and 7: Goto's blocked GEMM compiled with Numba, and a direct (implicit-GEMM) conv.
+r"""Topic 03 (convolution), rungs 4c and 4d: Goto's blocked GEMM compiled with Numba, and a direct (implicit-GEMM) conv.
 
 Used by ``notebooks/03_convolution.ipynb`` (section 6 writes ``pack_a_by_hand``, ``pack_b_by_hand``,
 ``micro_kernel_by_hand`` and ``gemm_compiled_by_hand`` and asserts they equal :func:`gemm_compiled`; section 7
@@ -10,7 +10,7 @@ Every FLOP is in this file: the packing copies (no arithmetic), the ``MR x NR`` 
 multiply-adds, and no BLAS is called. Loop order as in the lesson's table: ``jc`` (``nc`` columns of B) >
 ``pc`` (``kc``-deep slice, packs B) > ``ic`` (``mc`` rows of A, packs A) > ``jr`` (one ``kc x NR`` B
 micro-panel) > ``ir`` (one ``MR x kc`` A micro-panel): the micro-kernel keeps an ``MR x NR`` tile of C in
-vector registers. ``MR x NR`` comes from this CPU's vector registers (lesson eq. 8): 6 x 64 with AVX-512
+vector registers. ``MR x NR`` comes from this CPU's vector registers (lesson eq. 9): 6 x 64 with AVX-512
 (24 accumulators + 4 B vectors + 1 broadcast <= 32 registers); Numba bakes the module-level ``MR``/``NR`` in at
 compile time.
 """
@@ -27,7 +27,7 @@ __all__ = ["MR", "NR", "BLOCKS", "pack_a", "pack_b", "micro_kernel", "gemm_compi
            "conv2d_im2col_compiled", "conv2d_direct_compiled", "pack_b_from_image", "aligned_empty", "workspace"]
 
 _ISA = vector_isa()
-MR, NR = register_tile_shape(_ISA["registers"], _ISA["fp32_lanes"])   # lesson eq. (8): 6 x 64 with AVX-512
+MR, NR = register_tile_shape(_ISA["registers"], _ISA["fp32_lanes"])   # lesson eq. (9): 6 x 64 with AVX-512
 BLOCKS = dict(mc=192, kc=256, nc=2048)      # cache blocks: lesson eq. (5) and the kc sweep of section 6
 _TILE = MR * NR
 # fastmath: "contract" lets LLVM fuse a*b+c into one FMA; no "reassoc", so it cannot reorder the k-sum, which is
@@ -230,7 +230,7 @@ def _direct_loops(wmat, xp, c, kh, kw, stride, dilation, oh, ow, mc, kc, nc, a_b
 
 def conv2d_direct_compiled(x, w, stride=1, padding=0, dilation=1, threads=None,
                            mc=BLOCKS["mc"], kc=BLOCKS["kc"], nc=BLOCKS["nc"]):
-    """Rung 7: the convolution as Goto's loops whose B packing gathers from the image (no column matrix).
+    """Rung 4d: the convolution as Goto's loops whose B packing gathers from the image (no column matrix).
 
     Runs on ``threads`` of Numba's threads (default: all of them).
     """

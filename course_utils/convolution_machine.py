@@ -5,8 +5,9 @@ from these), :mod:`course_utils.convolution_compiled` and ``benchmarks/conv_cpu.
 
 * :func:`vector_isa`: SIMD width, vector-register count and FMA units from ``/proc/cpuinfo`` flags;
 * :func:`measure_clock_ghz`: the clock, measured with a chain of dependent 1-cycle integer adds;
-* :func:`derived_peak_gflops`: cores x lanes x FMA units x 2 x clock (lesson eq. 10);
-* :func:`register_tile_shape`: the largest ``mr x nr`` tile that fits the vector registers (lesson eq. 8);
+* :func:`derived_peak_gflops`: cores x lanes x FMA units x 2 x clock (lesson eq. 8);
+* :func:`fma_throughput_gflops`: the peak measured: independent FMA chains in registers, timed (lesson section 6);
+* :func:`register_tile_shape`: the largest ``mr x nr`` tile that fits the vector registers (lesson eq. 9);
 * :func:`sane_caches`: the sysfs cache sizes with a plausibility check on the last level (a virtual
   machine may report its host socket's whole L3);
 * :func:`prefer_wide_vectors`, :func:`prefer_workqueue_threads` and :func:`register_tile`: three Numba details (let
@@ -19,7 +20,8 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["cpu_flags", "vector_isa", "measure_clock_ghz", "derived_peak_gflops", "register_tile_shape",
+__all__ = ["cpu_flags", "vector_isa", "measure_clock_ghz", "derived_peak_gflops", "fma_throughput_gflops",
+           "register_tile_shape",
            "sane_caches", "MAX_L3_PER_CORE", "prefer_wide_vectors", "prefer_workqueue_threads", "register_tile"]
 
 # The largest last-level cache per core any shipping x86 server part has (AMD's 3D V-Cache EPYCs: 1152 MiB over
@@ -83,12 +85,67 @@ def measure_clock_ghz(n: int = 5_000_000, repeats: int = 10) -> float:
 
 
 def derived_peak_gflops(cores: int, fp32_lanes: int, fma_units: int, clock_ghz: float) -> float:
-    """Eq. (10): cores x lanes x FMA units x 2 FLOPs per FMA x clock."""
+    """Eq. (8): cores x lanes x FMA units x 2 FLOPs per FMA x clock."""
     return cores * fp32_lanes * fma_units * 2 * clock_ghz
 
 
+_FMA_LOOPS: dict = {}
+
+
+def _fma_loop(n_vectors: int, lanes: int):
+    """A compiled loop of ``n_vectors`` independent chains ``acc = acc * a + b``, each ``lanes`` wide, in registers."""
+    key = (n_vectors, lanes)
+    if key not in _FMA_LOOPS:
+        import numba
+        import numpy as np
+
+        size = n_vectors * lanes
+
+        @numba.njit(fastmath={"contract"})
+        def loop(n, a, b):
+            acc = register_tile(size)                 # on the stack: LLVM keeps it in vector registers
+            for t in range(size):
+                acc[t] = np.float32(t) * np.float32(1e-3)
+            for _ in range(n):
+                for t in range(size):                 # n_vectors vector FMAs, each depending on its own last value
+                    acc[t] = acc[t] * a + b
+            total = np.float32(0.0)
+            for t in range(size):
+                total += acc[t]
+            return total
+
+        _FMA_LOOPS[key] = loop
+    return _FMA_LOOPS[key]
+
+
+def fma_throughput_gflops(n_vectors: int, lanes: int, *, flops: float = 2e8, repeats: int = 5) -> tuple[float, str]:
+    """Measured fp32 GFLOP/s of one core running ``n_vectors`` independent vector FMA chains (best of ``repeats``).
+
+    Each chain waits for its previous FMA (latency ``lat`` cycles), so with ``U`` FMA units the core is busy only
+    when ``n_vectors >= lat * U``: below that the rate grows with ``n_vectors``, above it stays at the peak.
+    Returns ``(gflops, first_fma)``, the second the first FMA instruction of the machine code (to check it is a
+    full-width vector FMA, e.g. ``vfmadd213ps ... %zmm``). Below 4 chains LLVM may emit scalar FMAs instead.
+    """
+    import re
+
+    import numpy as np
+
+    loop = _fma_loop(n_vectors, lanes)
+    a, b = np.float32(0.999), np.float32(1e-3)
+    loop(10, a, b)
+    asm = loop.inspect_asm(loop.signatures[0])
+    first = next(iter(re.findall(r"vfmadd\w+\s+[^\n]*", asm)), "no FMA instruction")
+    n = max(1, int(flops / (2 * n_vectors * lanes)))
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        loop(n, a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n_vectors * lanes * n / best / 1e9, first
+
+
 def register_tile_shape(registers: int, lanes: int, nr_vectors: int = 4) -> tuple[int, int]:
-    """Eq. (8): with ``nr = nr_vectors * lanes``, the largest ``mr`` with mr*nr_vectors + nr_vectors + 1 <= registers.
+    """Eq. (9): with ``nr = nr_vectors * lanes``, the largest ``mr`` with mr*nr_vectors + nr_vectors + 1 <= registers.
 
     The C tile takes ``mr * nr / lanes`` registers, one row of the B micro-panel ``nr / lanes``, and the broadcast
     element of A one more.

@@ -9,6 +9,7 @@ VP SDE (eq. 7): :math:`dx = -\tfrac12\beta(u)\,x\,du + \sqrt{\beta(u)}\,dw`, :ma
 With :math:`\beta_{min} = 0.1`, :math:`\beta_{max} = 20` it is the limit of lesson 11's linear schedule
 (:math:`\beta_t = \beta(u)/T`, T = 1000). Reverse SDE (eq. 9):
 :math:`dx = [f - g^2 s]\,du + g\,d\bar w`; probability-flow ODE (eq. 10): :math:`dx/du = f - \tfrac12 g^2 s`.
+The exact log-likelihood along that ODE (section 7, eq. 17): :func:`pf_ode_log_likelihood`.
 """
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ __all__ = [
     "ve_reverse_step",
     "snr_langevin_corrector",
     "sample_ve_pc",
+    "divergence_exact",
+    "pf_ode_log_likelihood",
+    "ddpm_elbo_per_dim",
 ]
 
 BETA_MIN, BETA_MAX = 0.1, 20.0  # lesson 11's linear schedule (1e-4 .. 0.02) times T = 1000
@@ -156,3 +160,72 @@ def sample_ve_pc(score_fn, n_points: int, n_steps: int, *, sigma_min: float = 0.
         nfe += correct_steps + 1
         x = ve_reverse_step(x, s, sig[j], sig[j - 1] if j > 0 else 0.0, torch.randn(x.shape, generator=gen))
     return x, nfe
+
+
+# ---------------------------------------------------------------- exact likelihood through the probability-flow ODE
+def divergence_exact(velocity_fn, x: torch.Tensor):
+    r"""``(v, div v)`` at ``x`` (n, D): :math:`\nabla\cdot v = \sum_d \partial v_d/\partial x_d`, one backward per d."""
+    with torch.enable_grad():
+        x = x.detach().requires_grad_(True)
+        v = velocity_fn(x)  # (n, D)
+        div = torch.zeros(x.shape[0], dtype=v.dtype)
+        for d in range(x.shape[1]):
+            (grad,) = torch.autograd.grad(v[:, d].sum(), x, retain_graph=d < x.shape[1] - 1)
+            div = div + grad[:, d]
+    return v.detach(), div.detach()
+
+
+def pf_ode_log_likelihood(score_fn, x0: torch.Tensor, *, n_steps: int = 64, u0: float = 1e-3):
+    r"""Eq. (17): :math:`\log p_{u_0}(x_0) = \log \mathcal N(x_1; 0, I) + \int_{u_0}^1 \nabla\cdot v(x_u, u)\,du`
+    along the probability-flow ODE :math:`dx/du = v = -\tfrac12\beta(u)(x + s(x, u))` (eq. 10), Heun's method on
+    the grid :math:`u_i = u_0 + (1 - u_0)(i/N)^2` (dense near the data, where the score changes fastest).
+    ``score_fn(x, u)`` must be differentiable in ``x``. Returns ``(log_p, x_1)``, (n,) and (n, D), float64."""
+    x = x0.detach().double()
+    grid = (u0 + (1.0 - u0) * torch.linspace(0.0, 1.0, n_steps + 1, dtype=torch.float64) ** 2).tolist()
+    integral = torch.zeros(x.shape[0], dtype=torch.float64)
+
+    def field(y, u):
+        return divergence_exact(lambda z: probability_flow_velocity(z, score_fn(z, u).double(), u), y)
+
+    for u, u_next in zip(grid[:-1], grid[1:]):
+        h = u_next - u
+        v0, d0 = field(x, u)
+        v1, d1 = field(x + h * v0, u_next)
+        x, integral = x + 0.5 * h * (v0 + v1), integral + 0.5 * h * (d0 + d1)
+    prior = -0.5 * (x**2).sum(-1) - 0.5 * x.shape[1] * math.log(2 * math.pi)
+    return prior + integral, x
+
+
+@torch.no_grad()
+def ddpm_elbo_per_dim(model, schedule, x_data: torch.Tensor, *, seed: int = 9) -> dict:
+    r"""Lesson 11's bound (its eq. 13) on :math:`-\log p_\theta(x_{data})`, term by term, in nats per dimension.
+
+    The same computation as lesson 11's section 10 (one noise draw per point and timestep from
+    ``Generator().manual_seed(seed)``, in blocks of 100 timesteps), so that lesson 12 compares its exact
+    probability-flow likelihood (eq. 17) with that number. Returns ``{"prior", "consistency", "reconstruction",
+    "bound"}``, each a float per dimension, averaged over the points."""
+    from .bench import single_thread
+    from .diffusion import q_sample
+
+    n, dim = x_data.shape
+    T = len(schedule.betas)
+    x_data = x_data.double()
+    gen = torch.Generator().manual_seed(seed)
+    mse = torch.empty(T)  # E |eps - eps_theta(x_t, t)|^2, per t
+    with single_thread():
+        for t0 in range(0, T, 100):
+            tt = torch.arange(t0, t0 + 100).repeat_interleave(n)  # (100 n,)
+            noise = torch.randn(len(tt), dim, generator=gen, dtype=torch.float64)
+            x_t = q_sample(schedule, x_data.repeat(100, 1), tt, noise)
+            mse[t0:t0 + 100] = ((model(x_t.float(), tt).double() - noise) ** 2).sum(-1).view(100, n).mean(1)
+    betas, ab = schedule.betas, schedule.alpha_bar
+    ab_prev = torch.cat([torch.ones(1, dtype=torch.float64), ab[:-1]])
+    beta_tilde = (1 - ab_prev) / (1 - ab) * betas
+    lam = betas[1:] ** 2 / (2 * beta_tilde[1:] * (1 - betas[1:]) * (1 - ab[1:]))  # lesson 11, eq. (14)
+    ab_last = ab[-1].item()
+    prior = 0.5 * (ab_last * (x_data**2).sum(-1) + dim * (1 - ab_last) - dim - dim * math.log(1 - ab_last)).mean().item()
+    consistency = (lam * mse[1:].double()).sum().item()
+    reconstruction = 0.5 * dim * math.log(2 * math.pi * betas[0].item()) + mse[0].item() / (2 * (1 - betas[0].item()))
+    terms = {"prior": prior, "consistency": consistency, "reconstruction": reconstruction}
+    terms["bound"] = sum(terms.values())
+    return {k: v / dim for k, v in terms.items()}

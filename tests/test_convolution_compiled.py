@@ -105,3 +105,12 @@ def test_micro_kernel_is_vectorized_on_this_cpu():
     loops(a, a, c, 6, 8, 64, cc.aligned_empty((2, 8, cc.MR)), cc.aligned_empty((1, 8, cc.NR)))
     asm = loops.inspect_asm(loops.signatures[0])
     assert len(re.findall(r"vfmadd\w*ps\s+[^\n]*zmm", asm)) >= cc.MR * cc.NR // 16
+
+
+def test_fma_throughput_loop_is_vectorized_and_below_the_derived_peak():
+    isa = mach.vector_isa()
+    rate, first = mach.fma_throughput_gflops(8, isa["fp32_lanes"], flops=2e7, repeats=3)
+    if isa["isa"] == "AVX-512":
+        assert re.search(r"vfmadd\w+ps\s+%zmm", first), first
+    clock = mach.measure_clock_ghz(n=2_000_000, repeats=3)
+    assert 0 < rate < 1.2 * mach.derived_peak_gflops(1, isa["fp32_lanes"], 2, clock)   # never above two FMA units

@@ -7,6 +7,7 @@ import torch
 import torch.distributed as dist
 
 from course_utils import parallelism as par
+from course_utils import parallelism_comm as pcomm
 from course_utils import parallelism_data as pdata
 from course_utils import parallelism_moe as pmoe
 from course_utils import parallelism_pipeline as ppipe
@@ -207,3 +208,39 @@ def test_expert_parallel_all_to_all_equals_the_dense_layer(cluster, k, factor):
     sent = torch.tensor([r["sent"] for r in results])
     received = torch.tensor([r["received"] for r in results])
     assert torch.equal(sent.t(), received)  # what rank i sends to j is what j receives from i
+
+
+# ---------------------------------------------------------------- communication measurements (parallelism_comm)
+def test_fit_alpha_beta_recovers_a_known_model():
+    sizes = [4.0 ** k for k in range(3, 12)]
+    times = [20e-6 + b / 2e9 for b in sizes]                             # alpha 20 us, beta 2 GB/s
+    alpha, beta = pcomm.fit_alpha_beta(sizes, times)
+    assert alpha == pytest.approx(20e-6, rel=1e-6) and beta == pytest.approx(2e9, rel=1e-6)
+
+
+def test_collective_bytes_count_ddp_and_fsdp_traffic(cluster):
+    counted = cluster.run(pcomm.fsdp_and_ddp_bytes_on_rank, 0)
+    n_bytes = 4 * counted[0]["params"]
+    for r in counted:                                                    # every rank sends the same
+        assert r["ddp"]["sent"]["all_reduce"] == par.all_reduce_bytes_per_rank(n_bytes, P)
+        assert r["fsdp"]["sent"]["reduce_scatter"] == par.reduce_scatter_bytes_per_rank(n_bytes, P)
+        assert r["fsdp"]["sent"]["all_gather"] == 2 * r["fsdp"]["sent"]["reduce_scatter"]   # ZeRO-3: 1.5x in all
+        assert r["fsdp"]["counts"] == {"all_gather": 6, "reduce_scatter": 3}                # 3 Linear layers
+
+
+def test_dp_tp_mesh_equals_one_process(cluster):
+    ref = ptp.reference_grads(ptp.MLPBlock(seed=3), seed=3)
+    runs = cluster.run(pcomm.dp_tp_2d_on_rank, 3)
+    assert sorted(r["coords"] for r in runs) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for r in runs:
+        lo, hi = r["rows"]
+        assert_close(r["out"], ref["out"][lo:hi], n=4 * ptp.HIDDEN, name="2-D mesh output")
+        for name in ("fc1_weight_grad", "fc1_bias_grad", "fc2_weight_grad", "fc2_bias_grad"):
+            assert_close(r[name], ref[name], n=ptp.BATCH * ptp.TOKENS * 4 * ptp.HIDDEN, name=name)
+
+
+def test_overlap_measurement_returns_every_timing(cluster):
+    out = cluster.run(pcomm.overlap_on_rank, 2, 64, 2, 16)[0]
+    assert set(out) == {"backward", "all_reduce", "sequential", "ddp_one_bucket", "ddp_overlapped", "parameters"}
+    assert all(len(v) == 2 and min(v) > 0 for k, v in out.items() if k != "parameters")
+    assert out["parameters"] == 2 * (64 * 64 + 64)

@@ -171,3 +171,86 @@ def test_kramers_moyal_of_ou_paths():
     centers = np.linspace(-0.875, 0.875, 8)
     assert np.abs(km[0] + centers).max() < 0.2 and np.abs(km[1] - 0.5).max() < 0.05
     assert np.abs(km[2:]).max() < 0.02
+
+
+# ---------------------------------------------------------------- exact likelihood (section 7) and EDM (section 8)
+def _gaussian_vp_score(v0):
+    """Data N(0, v0 I): the VP marginal at u is N(0, m^2 v0 + 1 - m^2), whose score is -x / that variance."""
+    def score(x, u):
+        m, _ = sv.vp_marginal(u)
+        return -x / (m * m * v0 + 1 - m * m)
+    return score
+
+
+def test_divergence_exact_equals_the_jacobian_trace():
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(3, 3, generator=g, dtype=torch.float64)
+    field = lambda x: torch.tanh(x @ w)                                 # a nonlinear field, (n, 3) -> (n, 3)
+    x = torch.randn(5, 3, generator=g, dtype=torch.float64)
+    _, div = sv.divergence_exact(field, x)
+    want = torch.stack([torch.autograd.functional.jacobian(lambda y: field(y[None])[0], xi).trace() for xi in x])
+    assert_close(div, want, name="divergence")
+
+
+def test_pf_ode_likelihood_of_a_gaussian_is_exact():
+    v0 = 0.3
+    x = torch.randn(64, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    log_p, _ = sv.pf_ode_log_likelihood(_gaussian_vp_score(v0), x, n_steps=64)
+    m, _ = sv.vp_marginal(1e-3)
+    var = m * m * v0 + 1 - m * m                                        # the law at u0
+    want = -0.5 * (x**2).sum(-1) / var - math.log(2 * math.pi * var)
+    err = ((log_p - want).abs() / (1 + want.abs())).max()
+    assert err < 3e-4
+    coarse, _ = sv.pf_ode_log_likelihood(_gaussian_vp_score(v0), x, n_steps=16)
+    assert ((coarse - want).abs() / (1 + want.abs())).max() > 4 * err  # second order: 4x fewer steps, ~16x the error
+
+
+def test_ddpm_elbo_bounds_the_exact_likelihood_and_adds_up():
+    torch.manual_seed(0)
+    schedule = dtrain.CPU_PRESET.make_schedule()
+    model = dtrain.TimeMLP().eval()                                     # an untrained network: a loose bound
+    x = dtrain.make_data(32, seed=1)
+    terms = sv.ddpm_elbo_per_dim(model, schedule, x)
+    assert terms["bound"] == pytest.approx(terms["prior"] + terms["consistency"] + terms["reconstruction"])
+    assert terms["bound"] > (-ss.moons_mixture().log_prob(x).mean() / 2).item()
+
+
+def test_edm_preconditioning_gives_unit_variance_and_a_skip_at_low_noise():
+    from course_utils import score_sde_edm as edm
+
+    sigma = torch.tensor([1e-3, 0.5, 80.0])
+    c_skip, c_out, c_in, c_noise = edm.edm_preconditioning(sigma, 0.5)
+    assert_close(c_in**2 * (sigma**2 + 0.25), torch.ones(3), name="c_in: unit-variance input")
+    assert_close((1 - c_skip) ** 2 * 0.25 + c_skip**2 * sigma**2, c_out**2, name="eq. (18): unit-variance effective target")
+    assert c_skip[0] > 0.99 and c_skip[-1] < 1e-4                       # low noise: D ~ x; high noise: D ~ F
+    assert_close(c_noise, 0.25 * sigma.log(), name="c_noise")
+
+
+def test_edm_sigmas_and_the_heun_sampler_on_a_gaussian():
+    from course_utils import score_sde_edm as edm
+
+    sig = edm.edm_sigmas(10, 0.002, 80.0)
+    assert sig[0].item() == pytest.approx(80.0) and sig[-2].item() == pytest.approx(0.002) and sig[-1] == 0
+    assert (sig[:-1] > sig[1:]).all()
+    v0 = 0.3                                                           # data N(0, v0): D(x; s) = v0 / (v0 + s^2) x exactly
+    x, nfe = edm.edm_heun_sampler(lambda y, s: v0 / (v0 + s * s) * y, 20000, 32, seed=0)
+    assert nfe == 2 * 32 - 1
+    assert abs(x.var().item() - v0) < 0.02
+
+
+def test_vp_network_denoiser_inverts_the_vp_time_map():
+    from course_utils import score_sde_edm as edm
+
+    seen = {}
+
+    class Probe(torch.nn.Module):                                       # records the t it is given, predicts zero noise
+        def forward(self, x, t):
+            seen["t"] = t[0].item()
+            return torch.zeros_like(x)
+
+    den = edm.vp_network_denoiser(Probe())
+    for u in (1e-3, 0.3, 1.0):
+        m, std = sv.vp_marginal(u)
+        x = torch.randn(4, 2)
+        assert_close(den(x, std / m), x, name="zero noise -> D(x) = x")
+        assert seen["t"] == pytest.approx(u * 1000 - 1, abs=1e-6)
