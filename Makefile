@@ -15,10 +15,11 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 NB     ?=
 DIR    ?=
 PYTEST_ARGS ?=
-# `make test` runs the suite in parallel (pytest-xdist, from the dev extra): one worker per core, each test file
-# (and so each notebook, whose cells share one kernel) on one worker, the longest files first (tests/conftest.py
-# orders them; --no-loadscope-reorder keeps that order). PARALLEL= runs everything in one process.
-PARALLEL ?= -n auto --dist loadfile --no-loadscope-reorder
+# `make test` runs the suite in parallel (pytest-xdist, from the dev extra): one worker per CPU the OS reports
+# ("logical": a 2-vCPU VM whose vCPUs are one core's two hyperthreads still gets two; PYTEST_XDIST_AUTO_NUM_WORKERS=N
+# overrides), each test file (and so each notebook, whose cells share one kernel) on one worker, the longest files
+# first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order). PARALLEL= runs it in one process.
+PARALLEL ?= -n logical --dist loadfile --no-loadscope-reorder
 SITE_OUT ?= site/_build/html
 SITE_STAMP := $(VENV)/.installed-site
 # make test-latest: a separate environment with the newest releases; e.g. LATEST_TORCH_ARGS="--index-url <CPU wheel index>".
