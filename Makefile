@@ -15,6 +15,11 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 NB     ?=
 DIR    ?=
 PYTEST_ARGS ?=
+# `make test` runs the suite in parallel (pytest-xdist, from the dev extra): one worker per CPU the OS reports
+# ("logical": a 2-vCPU VM whose vCPUs are one core's two hyperthreads still gets two; PYTEST_XDIST_AUTO_NUM_WORKERS=N
+# overrides), each test file (and so each notebook, whose cells share one kernel) on one worker, the longest files
+# first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order). PARALLEL= runs it in one process.
+PARALLEL ?= -n logical --dist loadfile --no-loadscope-reorder
 SITE_OUT ?= site/_build/html
 SITE_STAMP := $(VENV)/.installed-site
 # make test-latest: a separate environment with the newest releases; e.g. LATEST_TORCH_ARGS="--index-url <CPU wheel index>".
@@ -61,7 +66,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
 
 test: lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PARALLEL) $(PYTEST_ARGS)
 
 test-portable: $(STAMP)
 	$(PY) -m course_utils.devtools.portable --no-triton
@@ -70,7 +75,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" $(PARALLEL) $(PYTEST_ARGS)
 
 exercises: $(STAMP)
 	$(PY) -m course_utils exercises
@@ -107,7 +112,7 @@ test-latest:
 	$(LATEST)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -e ".[dev]"
 	$(LATEST)/bin/python tools/constraints.py drift
 	$(LATEST)/bin/ruff check .
-	$(LATEST)/bin/python -m pytest $(PYTEST_ARGS)
+	$(LATEST)/bin/python -m pytest $(PARALLEL) $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(LATEST) .pytest_cache site/_build

@@ -78,3 +78,35 @@ def fails_with(check, fn, fragment):
     assert not isinstance(info.value, NotAttempted)
     assert fragment in str(info.value), str(info.value)
     assert "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------- the parallel run (`make test`: pytest-xdist)
+# `--dist loadfile` keeps each file on one worker: a notebook's cells share one kernel, and a module's fixtures
+# (the compile matrix, the torchrun cluster) are built once. The worker that draws the longest file last decides
+# the run's length, so the files that take longest go first; the many short files and notebooks fill in behind.
+LONGEST_FIRST = [
+    "tests/test_gradebook.py",          # grade-class: 30 submissions, one grader process and kernel each
+    "tests/test_notebooks.py",          # every solution graded, every exercise graded
+    "tests/test_grader_attacks.py",     # every problem set graded behind every trick
+    "tests/test_grader.py",
+    "tests/test_compile_kernels.py",    # about 40 compiles for sm_80/sm_90
+    "tests/test_gpu_compile.py",
+    "tests/test_portable.py",           # the Triton lessons without Triton
+    "tests/test_parallelism.py",        # a four-process torchrun cluster
+    "tests/test_nbgrader.py",
+    "notebooks/12_score_sde.ipynb",
+    "notebooks/11_ddpm_ddim.ipynb",
+    "notebooks/07b_small_language_models.ipynb",
+    "notebooks/07c_small_language_models.ipynb",
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, move the longest files to the front (stable: everything else keeps its order).
+
+    Every worker collects and sorts alike, so the collections stay identical; `make test` passes
+    `--no-loadscope-reorder` so that xdist keeps this order instead of sorting files by test count."""
+    if not hasattr(config, "workerinput"):  # only xdist's workers collect the tests they run
+        return
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))

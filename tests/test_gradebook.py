@@ -24,8 +24,10 @@ def tampered():
 
 
 def hung():
+    """A submission that never finishes. It sleeps rather than spins: three of them spinning for the 15 s limit
+    took 45 s of CPU from the rest of the suite; interrupting a busy loop is tested in test_grader.py."""
     nb = toy_problem_set()
-    nb.cells[3].source += "\nwhile True:\n    pass"
+    nb.cells[3].source += "\nimport time\nwhile True:\n    time.sleep(0.1)"
     return nb
 
 

@@ -1,7 +1,7 @@
 """The grader against a learner who tries to game it: every attack scores zero for the attacked exercise.
 
-Attacks on the toy problem set of conftest.py (two exercises, double and triple) and on a real problem
-set (00). Each attack pairs a *wrong* answer with a trick that would make an in-kernel check pass it.
+Attacks on the toy problem set of conftest.py (two exercises, double and triple) and on every real
+problem set. Each attack pairs a *wrong* answer with a trick that would make an in-kernel check pass it.
 """
 from __future__ import annotations
 
@@ -106,30 +106,10 @@ def test_right_answers_written_differently_pass(write_notebook):
     assert [e.status for e in report.exercises] == ["passed", "passed"]
 
 
-def test_real_problem_set_with_check_cells_emptied_and_checks_patched_scores_zero(tmp_path):
-    """Problem set 00, its exercises left as stubs that return wrong answers, every trick at once."""
-    nb = make_exercise(nbformat.read(ROOT / "solutions" / "00_foundations.ipynb", as_version=4))
-    first_solution = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution"))
-    nb.cells[first_solution].source = (
-        "import course_utils.checks as _c, numpy as _np\n_c.check_function = lambda *a, **k: None\n"
-        "_np.allclose = lambda *a, **k: True\nget_ipython().showtraceback = lambda *a, **k: None\n" + nb.cells[first_solution].source)
-    graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
-    graded[0].source = "pass"
-    for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("solution"):
-            cell.source = cell.source.replace('raise NotImplementedError("Exercise not attempted yet: replace this line with your code.")', "return None")
-    path = tmp_path / "00_foundations.ipynb"
-    nbformat.write(nb, path)
-    report = grade_notebook(path, cell_timeout=60)
-    assert report.total == 0
-    assert report.exercises[0].status == "tampered"
-    assert {e.status for e in report.exercises[1:]} == {"failed"}
-
-
 def test_a_function_that_never_returns_times_out_and_the_next_exercise_still_grades(write_notebook):
     nb = toy_problem_set(double_body="while True:\n    pass")
     report = grade_notebook(
-        write_notebook(nb, "loop.ipynb"), pristine=write_notebook(toy_problem_set(), "pristine.ipynb"), cell_timeout=4)
+        write_notebook(nb, "loop.ipynb"), pristine=write_notebook(toy_problem_set(), "pristine.ipynb"), cell_timeout=10)  # see test_grader.py's loop
     assert status(report, "ex1_double")[:2] == ("timed out", 0.0)
     assert status(report, "ex2_triple")[:2] == ("passed", 3.0)
 
@@ -160,3 +140,5 @@ def test_every_problem_set_gives_zero_to_wrong_answers_behind_every_trick(tmp_pa
     assert report.total == 0, [(e.name, e.status, e.hint) for e in report.exercises if e.points]
     assert report.exercises[0].status == "tampered"
     assert not any(e.status == "passed" for e in report.exercises)
+    if solution.stem == "00_foundations":  # (once its own test, which graded problem set 00 a second time)
+        assert {e.status for e in report.exercises[1:]} == {"failed"}, [(e.name, e.status) for e in report.exercises]

@@ -30,6 +30,8 @@ KEY_DEPS = (
     # the site extra's stack
     "sphinx", "myst-nb", "myst-parser", "sphinx-book-theme", "pydata-sphinx-theme", "sphinx-copybutton",
     "jupyter-server-mathjax", "docutils", "markdown-it-py", "mdit-py-plugins", "jupyter-cache",
+    # what pytest-xdist starts its test workers with (`make test` runs in parallel)
+    "execnet",
 )
 MARKERS = {"triton": "platform_system == 'Linux' and platform_machine == 'x86_64'"}
 
