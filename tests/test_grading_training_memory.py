@@ -176,3 +176,12 @@ def test_saved_bytes_names_dedup_by_id_and_by_data_pointer():
 
     fails_with(g.check_saved_bytes, keyed(id), "not id(t)")
     fails_with(g.check_saved_bytes, keyed(lambda t: t.data_ptr()), "not t.data_ptr()")
+
+
+def test_saved_bytes_hints_never_recommend_what_the_check_rejects():
+    """The hint for counting elements must not suggest numel()·element_size(), which the 'view bytes' mistake rejects."""
+    import inspect
+
+    source = inspect.getsource(g.check_saved_bytes)
+    hints = [line for line in source.splitlines() if "element_size" in line and "not t.numel()" not in line]
+    assert not hints, hints

@@ -341,7 +341,8 @@ def check_saved_bytes(fn: Callable, *, seed: int | None = None, trials: int = 5)
                 lambda module, x: _count_saved(module, x, key=_storage_key, size=_storage_size, skip_params=False)),
         Mistake("input", "the input x exists anyway (the caller holds it): exclude its storage from the count.",
                 lambda module, x: _count_saved(module, x, key=_storage_key, size=_storage_size, skip_input=False)),
-        Mistake("elements", "count bytes, not elements: use untyped_storage().nbytes() (or numel()·element_size()).",
+        Mistake("elements", "count bytes, not elements: t.untyped_storage().nbytes() is the bytes of the whole "
+                "allocation (numel() counts only the view's elements).",
                 lambda module, x: _reference_saved_bytes_beyond_input(module, x) // 4),
         Mistake("dedup by data_ptr", "two views of one storage (the halves of y.chunk(2)) have different t.data_ptr() "
                 "but share one allocation: key the count on t.untyped_storage().data_ptr(), not t.data_ptr().",
