@@ -16,6 +16,16 @@ from ..checks import Mistake, check_function
 from ..training_memory import GB, GiB, TransformerShape, activation_bytes_per_layer, count_parameters, saved_tensors
 from ..training_memory_plan import zero_bytes_per_gpu
 
+# For the operator-level by-hand watch (a later change): exercises 1-5 are integer/float formulas (no tensor op
+# computes them; the course's planners are refused by name), exercise 6 needs the saved-tensors hooks and
+# storage queries, and no aten op computes its result.
+BY_HAND_GQA_PARAMETER_COUNT = {"allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_ADAM_STATE_GIB = {"allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_ACTIVATION_BYTES_TP = {"allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_ZERO2_BYTES = {"allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_MIN_GPUS = {"allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_SAVED_BYTES = {"allowed_ops": ("the module's own forward ops",), "whole_result_ops": ()}
+
 
 # ---------------------------------------------------------------- exercise 1: GQA parameter count
 def _shape_from(vocab, hidden, layers, heads, kv_heads, ffn, tied, qkv_bias) -> TransformerShape:
