@@ -354,3 +354,7 @@ def check_iwae_bound(iwae_fn: Callable, *, trials: int = 4, seed: int | None = N
 
 __all__ = ["check_kl_diag_gaussians", "check_kl_monte_carlo", "check_gaussian_log_likelihood",
            "check_bernoulli_log_likelihood", "check_negative_elbo", "check_iwae_bound"]
+
+
+# ---------------------------------------------------------------- exercise 7: a calibrated Gaussian decoder
+from .vae_calibrated import check_calibrated_negative_elbo  # noqa: E402,F401
