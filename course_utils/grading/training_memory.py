@@ -375,3 +375,7 @@ def check_saved_bytes(fn: Callable, *, seed: int | None = None, trials: int = 5)
 
 __all__ = ["check_gqa_parameter_count", "check_adam_state_gib", "check_activation_bytes_tp", "check_zero2_bytes",
            "check_min_gpus", "check_saved_bytes"]
+
+
+# ---------------------------------------------------------------- exercise 7: a LLaMA block's MLP half, measured
+from .training_memory_llama import LlamaMLPHalf, check_llama_mlp_saved_bytes  # noqa: E402,F401
