@@ -215,3 +215,108 @@ def test_ddpm_loss_names_the_factors_of_two_and_v_the_single_sign_errors():
     fails_with(gd.check_ddpm_loss, lambda *a: 0.5 * ddpm_loss_solution(*a), "half the right one")
     fails_with(gd.check_from_v_prediction, lambda x_t, v, ab: (math.sqrt(ab) * x_t + math.sqrt(1 - ab) * v,
                                                                math.sqrt(1 - ab) * x_t + math.sqrt(ab) * v), "x0 has the wrong sign")
+
+
+# ---------------------------------------------------------------- exercise 7: DPM-Solver++(2M)
+from course_utils.checks import ForbiddenCall  # noqa: E402
+from course_utils.grading import diffusion_sampler as gds  # noqa: E402
+from _grading_helpers import SEED, fails, forbidden  # noqa: E402
+
+
+def dpm_solution(eps_model, x, alpha_bar, timesteps):
+    alpha = lambda t: math.sqrt(alpha_bar[t])  # noqa: E731
+    sigma = lambda t: math.sqrt(1 - alpha_bar[t])  # noqa: E731
+    lam = lambda t: math.log(alpha(t) / sigma(t))  # noqa: E731
+    x0_prev = h_prev = None
+    for i, t in enumerate(timesteps):
+        x0 = (x - sigma(t) * eps_model(x, t)) / alpha(t)
+        if i == len(timesteps) - 1:
+            return x0
+        t_next = timesteps[i + 1]
+        h = lam(t_next) - lam(t)
+        d = x0 if x0_prev is None else (1 + h / (2 * h_prev)) * x0 - h / (2 * h_prev) * x0_prev
+        x = sigma(t_next) / sigma(t) * x - alpha(t_next) * math.expm1(-h) * d
+        x0_prev, h_prev = x0, h
+
+
+def dpm_other(eps_model, x, alpha_bar, timesteps):
+    """Written with the log-SNR and noise-form coefficients: alpha_next (1 - e^{-h}) = alpha_next - sigma_next alpha / sigma."""
+    ab = np.asarray(alpha_bar, dtype=np.float64)
+    preds, lams = [], []
+    for i, t in enumerate(timesteps):
+        a, s = ab[t] ** 0.5, (1 - ab[t]) ** 0.5
+        preds.append((x - s * eps_model(x, t)) / a)
+        lams.append(0.5 * math.log(ab[t] / (1 - ab[t])))
+        if i + 1 == len(timesteps):
+            break
+        nxt = timesteps[i + 1]
+        a_n, s_n = ab[nxt] ** 0.5, (1 - ab[nxt]) ** 0.5
+        lam_n = 0.5 * math.log(ab[nxt] / (1 - ab[nxt]))
+        if i == 0:
+            d = preds[-1]
+        else:
+            half_ratio = 0.5 * (lam_n - lams[-1]) / (lams[-1] - lams[-2])
+            d = preds[-1] + half_ratio * (preds[-1] - preds[-2])
+        x = (s_n / s) * x + (a_n - s_n * a / s) * d
+    return preds[-1]
+
+
+def test_dpm_right_answers_pass_and_the_stub_is_not_attempted(capsys):
+    right_answers_pass(gd.check_dpm_solver_2m, dpm_solution, dpm_other, capsys, trials=8)
+
+
+def test_dpm_every_listed_mistake_is_named(monkeypatch):
+    each_mistake_is_named(gds, gd.check_dpm_solver_2m, dpm_solution, monkeypatch, trials=6)
+
+
+def test_dpm_a_hard_coded_answer_fails():
+    table = {}
+
+    def hard_coded(*args):
+        table.setdefault("out", dpm_solution(*args))
+        return table["out"]
+
+    fails(gd.check_dpm_solver_2m, hard_coded, "dpm_solver_2m")
+
+
+def test_dpm_ddim_is_named_first_order():
+    def ddim(eps_model, x, alpha_bar, timesteps):
+        for t, t_next in zip(timesteps[:-1], timesteps[1:]):
+            eps = eps_model(x, t)
+            x0 = (x - math.sqrt(1 - alpha_bar[t]) * eps) / math.sqrt(alpha_bar[t])
+            x = math.sqrt(alpha_bar[t_next]) * x0 + math.sqrt(1 - alpha_bar[t_next]) * eps
+        t = timesteps[-1]
+        return (x - math.sqrt(1 - alpha_bar[t]) * eps_model(x, t)) / math.sqrt(alpha_bar[t])
+
+    fails(gd.check_dpm_solver_2m, ddim, "that is DDIM")
+
+
+def _dpm_via_diffusers(eps_model, x, alpha_bar, timesteps):
+    from diffusers import DPMSolverMultistepScheduler
+
+    ab = np.asarray(alpha_bar, dtype=np.float64)
+    betas = 1 - ab / np.concatenate([[1.0], ab[:-1]])
+    sched = DPMSolverMultistepScheduler(num_train_timesteps=len(ab), trained_betas=betas.tolist(),
+                                        algorithm_type="dpmsolver++", solver_order=2, final_sigmas_type="zero")
+    sched.set_timesteps(timesteps=list(timesteps))
+    for t in sched.timesteps:
+        x = sched.step(eps_model(x, int(t)), t, x).prev_sample
+    return x
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_dpm_shortcuts_are_forbidden():
+    forbidden(gd.check_dpm_solver_2m, _dpm_via_diffusers, "DPMSolverMultistepScheduler")
+    with pytest.raises(ForbiddenCall):
+        gd.check_dpm_solver_2m(lambda *a: gds._reference_dpm_solver_2m(*a), seed=SEED, trials=2)
+    with pytest.raises(ForbiddenCall):
+        gd.check_dpm_solver_2m(lambda *a: gds._dpm2m(*a), seed=SEED, trials=2)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_dpm_reference_agrees_with_diffusers_to_its_float32_schedule():
+    for seed in range(3):
+        model, x, ab, ts = gds._dpm_inputs(np.random.default_rng(seed))
+        want = gds._reference_dpm_solver_2m(model, x, ab, ts)
+        got = _dpm_via_diffusers(model, x, ab, ts)
+        assert ((got - want).abs() / (1 + want.abs())).max().item() < 2e-3

@@ -209,8 +209,136 @@ def test_route_library_slot_positions_is_forbidden_too():
 
 def test_failure_messages_name_a_seed_that_reproduces_them():
     with pytest.raises(CheckFailed) as first:
-        g.check_interleaved_bubble_fraction(lambda p, m, v: 0.5, trials=3)
+        g.check_interleaved_bubble_fraction(lambda p, m, v: 0.123456, trials=3)
     seed = int(str(first.value).split("seed=")[1].rstrip(").").split(")")[0])
     with pytest.raises(CheckFailed) as again:
-        g.check_interleaved_bubble_fraction(lambda p, m, v: 0.5, trials=3, seed=seed)
+        g.check_interleaved_bubble_fraction(lambda p, m, v: 0.123456, trials=3, seed=seed)
     assert str(again.value) == str(first.value)
+
+
+# ---------------------------------------------------------------- exercise 7: ZeRO-2 Adam on a rank
+from course_utils.checks import NotAttempted  # noqa: E402
+from course_utils.grading import parallelism_zero as gz  # noqa: E402
+from _grading_helpers import SEED, fails  # noqa: E402
+
+
+def zero2_solution(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, comm):
+    size = exp_avg.numel()
+    pad = comm.world * size - param.numel()
+    g_ = grad.new_empty(size)
+    comm.reduce_scatter(g_, F.pad(grad, (0, pad)))
+    g_ = g_ / comm.world
+    lo = comm.rank * size
+    p = F.pad(param, (0, pad))[lo:lo + size]
+    b1, b2 = betas
+    m = b1 * exp_avg + (1 - b1) * g_
+    v = b2 * exp_avg_sq + (1 - b2) * g_ * g_
+    p = p - lr * (m / (1 - b1**step)) / ((v / (1 - b2**step)).sqrt() + eps)
+    full = param.new_empty(comm.world * size)
+    comm.all_gather(full, p)
+    return full[:param.numel()], m, v
+
+
+def zero2_other(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, comm):
+    """Padding with torch.cat, lerp for the moments, torch's denominator form (sqrt(v)/sqrt(bc2) + eps)."""
+    world, size = comm.world, exp_avg.shape[0]
+    padded = torch.cat([grad, torch.zeros(world * size - grad.shape[0], dtype=grad.dtype)])
+    mine = torch.zeros(size, dtype=grad.dtype)
+    comm.reduce_scatter(mine, padded)
+    mine /= world
+    m = exp_avg.lerp(mine, 1 - betas[0])
+    v = exp_avg_sq * betas[1] + (1 - betas[1]) * mine.square()
+    bc1, bc2 = 1 - betas[0] ** step, 1 - betas[1] ** step
+    shard = torch.cat([param, torch.zeros(world * size - param.shape[0], dtype=param.dtype)]).split(size)[comm.rank]
+    new = torch.addcdiv(shard, m, v.sqrt() / bc2**0.5 + eps, value=-lr / bc1)
+    gathered = torch.empty(world * size, dtype=param.dtype)
+    comm.all_gather(gathered, new)
+    return gathered.narrow(0, 0, param.shape[0]), m, v
+
+
+def test_zero2_right_answers_pass_and_the_stub_is_not_attempted(capsys):
+    right_answers_pass(g.check_zero2_adam_step, zero2_solution, zero2_other, capsys, trials=10)
+
+
+def test_zero2_every_listed_mistake_is_named(monkeypatch):
+    each_mistake_is_named(gz, g.check_zero2_adam_step, zero2_solution, monkeypatch, trials=6)
+
+
+def test_zero2_without_the_collectives_fails():
+    """Each rank sees only its own gradient: skipping the reduce-scatter (or the all-gather) cannot be right."""
+    def local_only(param, grad, m, v, step, lr, betas, eps, comm):
+        class NoPeers:
+            rank, world = 0, 1
+            def reduce_scatter(self, out, inp): out.copy_(inp[:out.numel()])  # noqa: E301,E704
+            def all_gather(self, out, inp): out[:inp.numel()] = inp  # noqa: E301,E704
+        size = m.numel()
+        new_p, new_m, new_v = zero2_solution(param, grad, torch.zeros(param.numel()), torch.zeros(param.numel()),
+                                             step, lr, betas, eps, NoPeers())
+        return new_p, new_m[:size], new_v[:size]
+
+    fails(g.check_zero2_adam_step, local_only, "zero2_adam_step")
+
+    def no_gather(param, grad, m, v, step, lr, betas, eps, comm):
+        size = m.numel()
+        g_ = grad.new_empty(size)
+        comm.reduce_scatter(g_, F.pad(grad, (0, comm.world * size - grad.numel())))
+        return param.clone(), m * betas[0] + (1 - betas[0]) * g_ / comm.world, v
+    fails(g.check_zero2_adam_step, no_gather, "zero2_adam_step")
+
+
+def test_zero2_forgetting_the_padding_is_told_to_pad():
+    def unpadded(param, grad, m, v, step, lr, betas, eps, comm):
+        out = grad.new_empty(m.numel())
+        comm.reduce_scatter(out, grad)
+        return param, m, v
+
+    # a world size that divides N never needs padding; the check's sizes mostly do not divide
+    message = fails(g.check_zero2_adam_step, unpadded, "zero-padded", trials=6)
+    assert "reduce_scatter" in message
+
+
+def test_zero2_shortcuts_are_forbidden():
+    def with_torch_adam(param, grad, m, v, step, lr, betas, eps, comm):
+        size = m.numel()
+        g_ = grad.new_empty(size)
+        comm.reduce_scatter(g_, F.pad(grad, (0, comm.world * size - grad.numel())))
+        shard = F.pad(param, (0, comm.world * size - param.numel()))[comm.rank * size:(comm.rank + 1) * size].clone()
+        shard.requires_grad_(True)
+        opt = torch.optim.Adam([shard], lr=lr, betas=betas, eps=eps)
+        opt.state[shard] = {"step": torch.tensor(float(step - 1)), "exp_avg": m.clone(), "exp_avg_sq": v.clone()}
+        shard.grad = g_ / comm.world
+        opt.step()
+        full = param.new_empty(comm.world * size)
+        comm.all_gather(full, shard.detach())
+        st = opt.state[shard]
+        return full[:param.numel()], st["exp_avg"], st["exp_avg_sq"]
+
+    with pytest.raises(ForbiddenCall) as info:
+        g.check_zero2_adam_step(with_torch_adam, seed=SEED, trials=2)
+    assert "Adam" in str(info.value) or "adam" in str(info.value)
+    with pytest.raises(ForbiddenCall):
+        g.check_zero2_adam_step(lambda *a: gz._reference_zero2_adam_step(*a), seed=SEED, trials=2)
+
+
+def test_zero2_a_hard_coded_answer_fails():
+    table = {}
+
+    def hard_coded(*args):
+        table.setdefault("out", zero2_solution(*args))
+        return table["out"]
+
+    with pytest.raises(CheckFailed) as info:
+        g.check_zero2_adam_step(hard_coded, seed=SEED, trials=4)
+    assert not isinstance(info.value, NotAttempted)
+
+
+def test_zero2_gloo_run_of_a_stub_is_not_attempted_without_launching():
+    from conftest import stub
+
+    with pytest.raises(NotAttempted):
+        g.run_zero2_on_gloo(stub)
+
+
+@pytest.mark.slow
+def test_zero2_on_two_real_gloo_ranks_matches_torch_adam():
+    assert g.run_zero2_on_gloo(zero2_solution, world=2, n=101, steps=2) < 1e-12

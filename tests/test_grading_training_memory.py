@@ -176,3 +176,62 @@ def test_saved_bytes_names_dedup_by_id_and_by_data_pointer():
 
     fails_with(g.check_saved_bytes, keyed(id), "not id(t)")
     fails_with(g.check_saved_bytes, keyed(lambda t: t.data_ptr()), "not t.data_ptr()")
+
+
+def test_saved_bytes_hints_never_recommend_what_the_check_rejects():
+    """The hint for counting elements must not suggest numel()·element_size(), which the 'view bytes' mistake rejects."""
+    import inspect
+
+    source = inspect.getsource(g.check_saved_bytes)
+    hints = [line for line in source.splitlines() if "element_size" in line and "not t.numel()" not in line]
+    assert not hints, hints
+
+
+# ---------------------------------------------------------------- exercise 7: a LLaMA block's MLP half
+from course_utils.checks import ForbiddenCall  # noqa: E402
+from course_utils.grading import training_memory_llama as gl  # noqa: E402
+from _grading_helpers import SEED, fails  # noqa: E402
+
+
+def llama_ok(tokens, hidden, ffn, dtype_bytes):
+    return dtype_bytes * (tokens + 2 * tokens * hidden + 4 * tokens * ffn)
+
+
+def llama_other(tokens, hidden, ffn, dtype_bytes):  # tensor by tensor, in the order of the forward
+    shapes = {"r": (tokens, 1), "x_r": (tokens, hidden), "n": (tokens, hidden), "w1_out": (tokens, ffn),
+              "silu_out": (tokens, ffn), "w3_out": (tokens, ffn), "product": (tokens, ffn)}
+    return sum(math.prod(s) for s in shapes.values()) * dtype_bytes
+
+
+def test_llama_right_answers_pass_and_the_stub_is_not_attempted(capsys):
+    right_answers_pass(g.check_llama_mlp_saved_bytes, llama_ok, llama_other, capsys, trials=8)
+
+
+def test_llama_every_listed_mistake_is_named(monkeypatch):
+    each_mistake_is_named(gl, g.check_llama_mlp_saved_bytes, llama_ok, monkeypatch, trials=6)
+
+
+def test_llama_the_reference_is_a_measurement_that_agrees_with_the_formula_in_both_dtypes():
+    for tokens, hidden, ffn in [(5, 8, 32), (37, 24, 64), (130, 64, 160)]:
+        for dtype_bytes in (2, 4):
+            assert gl._measure(tokens, hidden, ffn, dtype_bytes) == llama_ok(tokens, hidden, ffn, dtype_bytes)
+
+
+def test_llama_measuring_instead_of_predicting_is_forbidden():
+    def measure(tokens, hidden, ffn, dtype_bytes):
+        module = gl.LlamaMLPHalf(hidden, ffn, {2: torch.bfloat16, 4: torch.float32}[dtype_bytes])
+        x = torch.randn(tokens, hidden).to(module.weight.dtype).requires_grad_(True)
+        seen = {}
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: seen.setdefault(t.untyped_storage().data_ptr(), t), lambda t: t):
+            module(x)
+        return 0
+
+    with pytest.raises(ForbiddenCall):
+        g.check_llama_mlp_saved_bytes(measure, seed=SEED, trials=2)
+    with pytest.raises(ForbiddenCall):
+        g.check_llama_mlp_saved_bytes(lambda *a: gl._reference_llama_mlp_saved_bytes(*a), seed=SEED, trials=2)
+
+
+def test_llama_the_gpt2_table_or_a_hard_coded_answer_fails():
+    fails(g.check_llama_mlp_saved_bytes, lambda t, h, f, b: 34 * t * h, "llama_mlp_saved_bytes")  # the lesson's 34sbh
+    fails(g.check_llama_mlp_saved_bytes, lambda t, h, f, b: 45140, "llama_mlp_saved_bytes")

@@ -260,3 +260,63 @@ DISTRIBUTION_SHORTCUTS = {
 @pytest.mark.parametrize("key", list(DISTRIBUTION_SHORTCUTS))
 def test_torch_distributions_is_forbidden_where_the_exercise_says_by_hand(key):
     fails_with(CASES[key][0], DISTRIBUTION_SHORTCUTS[key], "torch.distributions")
+
+
+# ---------------------------------------------------------------- exercise 7: the calibrated Gaussian decoder
+from course_utils.checks import ForbiddenCall  # noqa: E402
+from course_utils.grading import vae_calibrated as gvc  # noqa: E402
+from _grading_helpers import SEED, fails, right_answers_pass  # noqa: E402
+
+
+def calibrated_ok(x, mean, mu, logvar):
+    D = x.shape[-1]
+    sigma2 = ((x - mean) ** 2).mean()
+    kl = 0.5 * (torch.exp(logvar) + mu**2 - 1.0 - logvar).sum(-1)
+    return kl.mean() + 0.5 * D * (1.0 + math.log(2 * math.pi) + torch.log(sigma2))
+
+
+def calibrated_other(x, mean, mu, logvar):
+    """Plug sigma* into the full Gaussian log-likelihood, term by term, without simplifying."""
+    log_sigma = 0.5 * torch.log(F.mse_loss(mean, x))
+    nll = (0.5 * ((x - mean) / log_sigma.exp()) ** 2 + log_sigma + 0.5 * math.log(2 * math.pi)).sum(-1)
+    kl = (-0.5 * (1 + logvar - mu.pow(2) - logvar.exp())).sum(-1)
+    return (kl + nll).sum() / x.shape[0]
+
+
+def test_calibrated_right_answers_pass_and_the_stub_is_not_attempted(capsys):
+    right_answers_pass(gv.check_calibrated_negative_elbo, calibrated_ok, calibrated_other, capsys, trials=8)
+
+
+def test_calibrated_every_listed_mistake_is_named(monkeypatch):
+    each_mistake_is_named(gvc, gv.check_calibrated_negative_elbo, calibrated_ok, monkeypatch, trials=5)
+
+
+def test_calibrated_a_fixed_sigma_or_a_hard_coded_answer_fails():
+    def fixed_sigma(x, mean, mu, logvar):  # sigma = 0.1 by hand, as in the lesson
+        kl = 0.5 * (torch.exp(logvar) + mu**2 - 1.0 - logvar).sum(-1)
+        nll = (0.5 * ((x - mean) / 0.1) ** 2 + math.log(0.1) + 0.5 * math.log(2 * math.pi)).sum(-1)
+        return (kl + nll).mean()
+
+    fails(gv.check_calibrated_negative_elbo, fixed_sigma, "calibrated_negative_elbo")
+    table = {}
+
+    def hard_coded(*args):
+        table.setdefault("out", calibrated_ok(*args))
+        return table["out"]
+
+    fails(gv.check_calibrated_negative_elbo, hard_coded, "calibrated_negative_elbo")
+
+
+def test_calibrated_shortcuts_are_forbidden():
+    def with_course(x, mean, mu, logvar):
+        log_sigma = 0.5 * torch.log(((x - mean) ** 2).mean())
+        return (vae.diag_gaussian_kl(mu, logvar) - vae.gaussian_log_prob(x, mean, log_sigma)).mean()
+
+    def with_nll_loss(x, mean, mu, logvar):
+        var = ((x - mean) ** 2).mean().expand_as(x)
+        nll = F.gaussian_nll_loss(mean, x, var, full=True, reduction="sum") / x.shape[0]
+        return 0.5 * (torch.exp(logvar) + mu**2 - 1.0 - logvar).sum(-1).mean() + nll
+
+    for fn in (with_course, with_nll_loss, lambda *a: gvc._reference_calibrated_negative_elbo(*a)):
+        with pytest.raises(ForbiddenCall):
+            gv.check_calibrated_negative_elbo(fn, seed=SEED, trials=2)

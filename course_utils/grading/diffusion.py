@@ -17,6 +17,17 @@ from ..classroom.checking import Mistake, check_function
 from ..diffusion import cosine_alpha_bar_fn, cosine_schedule, linear_schedule, posterior_mean_variance
 from ..diffusion_metrics import _sq_dists, mmd_rbf
 
+# For the operator-level by-hand watch (a later change): per exercise, the elementary ops it needs and the ones
+# that compute the whole result (diffusers' helpers are refused by name through ``forbidden=``).
+_ELEMENTWISE = ("aten.add", "aten.sub", "aten.mul", "aten.div", "aten.pow", "aten.sqrt", "aten.exp", "aten.log",
+                "aten.cumprod", "aten.sum", "aten.mean", "aten.index", "aten.unsqueeze", "aten.expand", "aten.view")
+BY_HAND_ZERO_SNR_COSINE_ALPHA_BAR = {"allowed_ops": ("numpy elementwise", "np.cumprod"), "whole_result_ops": ()}
+BY_HAND_POSTERIOR = {"allowed_ops": ("numpy elementwise",), "whole_result_ops": ()}
+BY_HAND_DDIM_STEP_FROM_X0 = {"allowed_ops": _ELEMENTWISE, "whole_result_ops": ()}
+BY_HAND_FROM_V_PREDICTION = {"allowed_ops": _ELEMENTWISE, "whole_result_ops": ()}
+BY_HAND_DDPM_LOSS = {"allowed_ops": _ELEMENTWISE, "whole_result_ops": ("aten.mse_loss",)}
+BY_HAND_MMD = {"allowed_ops": _ELEMENTWISE + ("aten.diagonal", "aten.mm", "aten.cdist"), "whole_result_ops": ()}
+
 _DIFFUSERS_SCHEDULES = ("diffusers.schedulers.scheduling_ddim.rescale_zero_terminal_snr",
                         "diffusers.schedulers.scheduling_ddpm.rescale_zero_terminal_snr",
                         "diffusers.schedulers.scheduling_ddim.betas_for_alpha_bar",
@@ -423,3 +434,7 @@ def check_mmd(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None
 
 __all__ = ["check_zero_snr_cosine_alpha_bar", "check_posterior", "check_ddim_step_from_x0", "check_from_v_prediction",
            "check_ddpm_loss", "check_mmd"]
+
+
+# ---------------------------------------------------------------- exercise 7: DPM-Solver++(2M)
+from .diffusion_sampler import check_dpm_solver_2m  # noqa: E402,F401

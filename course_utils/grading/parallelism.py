@@ -15,6 +15,20 @@ from ..classroom.checking import Mistake, check_function
 from ..tolerances import tolerance_for
 
 
+# For the operator-level by-hand watch: per exercise, the elementary aten ops it needs and the ones that would
+# compute the whole result (none exists for the simulated collectives and the bubble formula).
+_TENSOR_OPS = ("aten.add", "aten.sub", "aten.mul", "aten.div", "aten.slice", "aten.select", "aten.clone", "aten.copy_",
+               "aten.cat", "aten.stack", "aten.zeros", "aten.new_zeros", "aten.index", "aten.index_put_", "aten.view",
+               "aten.t", "aten.transpose", "aten.sum", "aten.cumsum", "aten.one_hot", "aten.gather", "aten.scatter")
+BY_HAND_COLUMN_ROW_MLP_PARTIALS = {"allowed_ops": _TENSOR_OPS + ("aten.mm", "aten.addmm", "aten.gelu", "aten.split"),
+                                   "whole_result_ops": ()}
+BY_HAND_RING_ALL_REDUCE_SIM = {"allowed_ops": _TENSOR_OPS, "whole_result_ops": ()}
+BY_HAND_INTERLEAVED_BUBBLE_FRACTION = {"allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_ROUTE_TOP_K = {"allowed_ops": _TENSOR_OPS + ("aten.topk", "aten._softmax", "aten.lt"), "whole_result_ops": ()}
+BY_HAND_DISPATCH_TO_EXPERTS = {"allowed_ops": _TENSOR_OPS, "whole_result_ops": ()}
+BY_HAND_COMBINE_FROM_EXPERTS = {"allowed_ops": _TENSOR_OPS, "whole_result_ops": ()}
+
+
 def _gen(rng) -> torch.Generator:
     return torch.Generator().manual_seed(int(rng.integers(2**31)))
 
@@ -300,3 +314,7 @@ def check_combine_from_experts(fn: Callable, *, seed: int | None = None, trials:
            name="combine_from_experts", trials=trials, seed=seed, mistakes=mistakes, n=4,
                    forbidden=("course_utils.grading.parallelism._reference_combine_from_experts",
                               "course_utils.parallelism_moe.moe_dense"))
+
+
+# ---------------------------------------------------------------- exercise 7: ZeRO-2 Adam on real ranks
+from .parallelism_zero import GlooComm, check_zero2_adam_step, run_zero2_on_gloo  # noqa: E402,F401

@@ -1,10 +1,14 @@
 """Checks of the score/SDE problem set (``solutions/12_score_sde.ipynb``).
 
 Each ``check_*`` runs the learner's function on fresh random inputs (``seed=None``) against a private
-reference built from :mod:`course_utils.score_sde`, :mod:`course_utils.score_sde_solvers` and
-:mod:`course_utils.score_sde_fokker_planck`, and names the usual mistakes: the sign of the score, a missing
-:math:`\\sqrt{2\\tau}`, :math:`g` where :math:`g^2` belongs, a variance for a standard deviation, the missing
-1/2 of the diffusion term. The formulas are derived in ``notebooks/12_score_sde.ipynb``.
+reference and names the usual mistakes: the sign of the score, a missing :math:`\\sqrt{2\\tau}`, the VP marginal's
+integral of :math:`\\beta`, :math:`g^2 = d\\sigma^2/du` for the VE SDE, the Karras noise ladder, and Heun's
+second-order correction (EDM's sampler, which lesson 12 only cites). The formulas of the lesson are in
+``notebooks/12_score_sde.ipynb``; exercises 2, 3, 5 and 6 ask for what it did not write.
+
+``BY_HAND_*`` name, per by-hand exercise, the aten operations an operator-level watch should allow and the
+ones that would compute the whole result (none exist for most of these formulas: the shortcuts are the
+course's and diffusers' functions, refused by name through ``forbidden=``).
 """
 from __future__ import annotations
 
@@ -15,13 +19,32 @@ import numpy as np
 import torch
 
 from ..classroom.checking import Mistake, check_function
-from ..score_sde import dsm_objective, ula_step
+from ..score_sde import ula_step
 from ..score_sde_fokker_planck import fokker_planck_ftcs
-from ..score_sde_solvers import probability_flow_velocity, reverse_sde_euler_maruyama, vp_beta
+
+_ELEMENTARY = ("aten.add", "aten.sub", "aten.mul", "aten.div", "aten.neg", "aten.pow", "aten.sqrt", "aten.exp",
+               "aten.log", "aten.sum", "aten.mean", "aten.unsqueeze", "aten.view", "aten.expand", "aten.select",
+               "aten.slice", "aten.clone", "aten.copy_", "aten._to_copy", "aten.lift_fresh", "aten.scalar_tensor")
+BY_HAND_LANGEVIN_STEP = {"allowed_ops": _ELEMENTARY, "whole_result_ops": ()}
+BY_HAND_VP_DSM_LOSS = {"allowed_ops": _ELEMENTARY, "whole_result_ops": ("aten.mse_loss",)}
+BY_HAND_VE_PROBABILITY_FLOW_DRIFT = {"allowed_ops": _ELEMENTARY, "whole_result_ops": ()}
+BY_HAND_FOKKER_PLANCK_STEP = {"allowed_ops": ("numpy elementwise arithmetic", "np.pad", "np.concatenate", "slicing"),
+                              "whole_result_ops": ()}
+BY_HAND_KARRAS_SIGMAS = {"allowed_ops": _ELEMENTARY + ("aten.linspace", "aten.arange", "aten.cat", "aten.zeros",
+                                                       "aten.new_zeros", "aten.flip"), "whole_result_ops": ()}
+BY_HAND_EDM_HEUN_SAMPLER = {"allowed_ops": _ELEMENTARY + ("aten._local_scalar_dense", "aten.item"),
+                            "whole_result_ops": ()}
+
+_DIFFUSERS = "diffusers.schedulers."
+_KARRAS_SHORTCUTS = (
+    _DIFFUSERS + "scheduling_euler_discrete.EulerDiscreteScheduler._convert_to_karras",
+    _DIFFUSERS + "scheduling_heun_discrete.HeunDiscreteScheduler._convert_to_karras",
+    _DIFFUSERS + "scheduling_edm_euler.EDMEulerScheduler._compute_karras_sigmas",
+)
 
 
 class _AffineScore:
-    """A fixed 'score network' s(x, sigma) = x @ W + b / sigma (or s(x) = x @ W + b), for checking losses and steps."""
+    """A fixed 'score network' s(x, c) = x @ W + b / c (or s(x) = x @ W + b), for checking losses and steps."""
 
     def __init__(self, rng: np.random.Generator, dim: int, with_sigma: bool):
         self.W = torch.tensor(rng.standard_normal((dim, dim)) * 0.5)
@@ -38,52 +61,7 @@ class _AffineScore:
         return "score_fn"
 
 
-# ---------------------------------------------------------------- exercise 1: the DSM loss
-def _reference_dsm_loss(score_fn, x, sigma, noise):
-    return dsm_objective(score_fn, x, sigma, noise)
-
-
-def _dsm(score_fn, x, sigma, noise, *, target_sign=-1.0, power=2, weight_power=2, scale_noise=True, reduce="sum"):
-    sig = sigma.unsqueeze(-1)
-    x_tilde = x + (sig * noise if scale_noise else noise)
-    target = target_sign * (x_tilde - x) / sig**power
-    err = sig**weight_power * (score_fn(x_tilde, sigma) - target) ** 2  # (B, D)
-    return err.sum(-1).mean() if reduce == "sum" else err.mean()
-
-
-def _dsm_inputs(rng):
-    B, D = int(rng.choice([1, int(rng.integers(2, 40))])), int(rng.choice([2, 3]))
-    sigma = torch.tensor(np.exp(rng.uniform(math.log(0.05), math.log(3.0), B)))
-    return (_AffineScore(rng, D, True), torch.tensor(rng.standard_normal((B, D))), sigma,
-            torch.tensor(rng.standard_normal((B, D))))
-
-
-def check_dsm_loss(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
-    """Exercise 1: ``fn(score_fn, x, sigma, noise) -> 0-d tensor``, the sigma^2-weighted DSM loss."""
-
-    def variant(**kw):
-        return lambda score_fn, x, sigma, noise: _dsm(score_fn, x, sigma, noise, **kw)
-
-    check_function(
-        fn, _reference_dsm_loss, _dsm_inputs, name="dsm_loss", trials=trials, seed=seed,
-        mistakes=[
-            Mistake("score_sign", "sign of the score: the score of N(x, sigma^2 I) at x_tilde points back toward x, "
-                    "so the target is -(x_tilde - x) / sigma^2.", variant(target_sign=1.0)),
-            Mistake("sigma", "the target divides by sigma^2 (a variance), not by sigma: -(x_tilde - x) / sigma^2.",
-                    variant(power=1)),
-            Mistake("no_weight", "weight each term by lambda(sigma) = sigma^2; without it the small noise levels "
-                    "dominate the loss.", variant(weight_power=0)),
-            Mistake("weight_sigma", "the weight is sigma^2, not sigma.", variant(weight_power=1)),
-            Mistake("unscaled_noise", "perturb with x_tilde = x + sigma * noise; you added the noise unscaled.",
-                    variant(scale_noise=False)),
-            Mistake("mean_coords", "your loss is the right one divided by the dimension: sum the squared error over "
-                    "the coordinates (a squared norm) and average over the batch.", variant(reduce="mean")),
-        ],
-        forbidden=("course_utils.score_sde.dsm_objective", "course_utils.grading.score_sde._reference_dsm_loss"),
-    )
-
-
-# ---------------------------------------------------------------- exercise 2: a Langevin step
+# ---------------------------------------------------------------- exercise 1: a Langevin step (warm-up)
 def _reference_langevin_step(x, score_fn, tau, noise):
     return ula_step(x, score_fn(x), tau, noise)
 
@@ -96,7 +74,7 @@ def _langevin_inputs(rng):
 
 
 def check_langevin_step(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
-    """Exercise 2: ``fn(x, score_fn, tau, noise) -> x + tau * s(x) + sqrt(2 tau) * noise``."""
+    """Exercise 1: ``fn(x, score_fn, tau, noise) -> x + tau * s(x) + sqrt(2 tau) * noise``."""
 
     def variant(drift, noise_coef):
         return lambda x, score_fn, tau, noise: x + drift(tau) * score_fn(x) + noise_coef(tau) * noise
@@ -120,94 +98,115 @@ def check_langevin_step(fn: Callable, *, trials: int = 6, seed: int | None = Non
                     "collapses onto the modes.", variant(lambda t: t, lambda t: 0.0)),
         ],
         forbidden=("course_utils.score_sde.ula_step", "course_utils.score_sde.langevin_chain",
+                   "course_utils.score_sde.annealed_langevin", "course_utils.score_sde_solvers.snr_langevin_corrector",
                    "course_utils.grading.score_sde._reference_langevin_step"),
     )
 
 
-# ---------------------------------------------------------------- exercise 3: an Euler-Maruyama step of the reverse VP SDE
-def _reference_reverse_sde_step(x, score, u, h, beta_min, beta_max, noise):
-    return reverse_sde_euler_maruyama(x, score, u, h, noise, beta_min, beta_max)
+# ---------------------------------------------------------------- exercise 2: DSM for the VP SDE (its marginal derived)
+def _vp_log_mean(u, beta_min, beta_max):
+    return -0.25 * u**2 * (beta_max - beta_min) - 0.5 * u * beta_min  # -1/2 * integral_0^u beta
 
 
-def _vp_inputs(with_noise: bool):
-    def make(rng):
-        B, D = int(rng.choice([1, int(rng.integers(2, 30))])), int(rng.choice([1, 2, 3]))
-        beta_min, beta_max = float(rng.uniform(0.05, 0.5)), float(rng.uniform(5.0, 25.0))
-        n = int(rng.choice([10, 50, 1000]))
-        h = 1.0 / n
-        u = float(rng.choice([1.0, round(float(rng.uniform(h, 1.0)), 5)]))
-        args = [torch.tensor(rng.standard_normal((B, D))), torch.tensor(rng.standard_normal((B, D)) * 3), u]
-        if with_noise:
-            return (*args, h, beta_min, beta_max, torch.tensor(rng.standard_normal((B, D))))
-        return (*args, beta_min, beta_max)
-    return make
+def _vp_dsm(score_fn, x0, u, noise, beta_min, beta_max, *, log_m=_vp_log_mean, std=lambda m: (1 - m**2).sqrt(),
+            target_sign=-1.0, weight_power=2, reduce="sum"):
+    m = log_m(u, beta_min, beta_max).exp().unsqueeze(-1)                 # (B, 1)
+    sig = std(m)
+    x_u = m * x0 + sig * noise
+    err = sig**weight_power * (score_fn(x_u, u) - target_sign * noise / sig) ** 2   # (B, D)
+    return err.sum(-1).mean() if reduce == "sum" else err.mean()
 
 
-def check_reverse_sde_step(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
-    """Exercise 3: ``fn(x, score, u, h, beta_min, beta_max, noise) -> x at u - h`` for the VP SDE."""
+def _reference_vp_dsm_loss(score_fn, x0, u, noise, beta_min, beta_max):
+    return _vp_dsm(score_fn, x0, u, noise, beta_min, beta_max)
 
-    def variant(score_coef=lambda b: b, x_sign=1.0, noise_coef=lambda b, h: math.sqrt(b * h), at_end=False):
-        def wrong(x, score, u, h, bmin, bmax, noise):
-            b = vp_beta(u - h if at_end else u, bmin, bmax)
-            return x + h * (x_sign * 0.5 * b * x + score_coef(b) * score) + noise_coef(b, h) * noise
-        return wrong
+
+def _vp_dsm_inputs(rng):
+    B, D = int(rng.choice([1, int(rng.integers(2, 60))])), int(rng.choice([2, 3, 5]))
+    u = torch.tensor(rng.uniform(0.02, 1.0, B))
+    beta_min, beta_max = float(rng.uniform(0.05, 0.5)), float(rng.uniform(5.0, 25.0))
+    return (_AffineScore(rng, D, True), torch.tensor(rng.standard_normal((B, D)) * 2), u,
+            torch.tensor(rng.standard_normal((B, D))), beta_min, beta_max)
+
+
+def check_vp_dsm_loss(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+    """Exercise 2: ``fn(score_fn, x0, u, noise, beta_min, beta_max) -> 0-d tensor``, DSM at the VP marginal of eq. (8)."""
+
+    def variant(**kw):
+        return lambda *args: _vp_dsm(*args, **kw)
 
     check_function(
-        fn, _reference_reverse_sde_step, _vp_inputs(True), name="reverse_sde_step", trials=trials, seed=seed,
+        fn, _reference_vp_dsm_loss, _vp_dsm_inputs, name="vp_dsm_loss", trials=trials, seed=seed,
         mistakes=[
-            Mistake("score_sign", "sign of the score: the reverse drift is f - g^2 s, and stepping backwards in time "
-                    "(du = -h) turns it into + h * g^2 * s.", variant(score_coef=lambda b: -b)),
-            Mistake("g_not_g2", "g^2 vs g: the score is multiplied by g(u)^2 = beta(u), not by g = sqrt(beta(u)).",
-                    variant(score_coef=lambda b: math.sqrt(b))),
-            Mistake("half_g2", "that is the probability-flow drift (1/2 g^2 s) with noise added; the reverse SDE "
-                    "has the full g^2 s.", variant(score_coef=lambda b: 0.5 * b)),
-            Mistake("f_sign", "the forward drift is f = -1/2 beta x; a step back in time subtracts h f, so x gains "
-                    "+ h * 1/2 beta x.", variant(x_sign=-1.0)),
-            Mistake("no_sqrt_h", "Brownian increments over a step h have standard deviation sqrt(h): the noise term "
-                    "is g sqrt(h) z = sqrt(beta h) z.", variant(noise_coef=lambda b, h: math.sqrt(b) * h)),
-            Mistake("noise_g2", "g^2 vs g: the noise is scaled by g sqrt(h) = sqrt(beta h), not by beta sqrt(h).",
-                    variant(noise_coef=lambda b, h: b * math.sqrt(h))),
-            Mistake("beta_at_end", "Euler-Maruyama evaluates beta at the start of the step, beta(u), not at u - h.",
-                    variant(at_end=True)),
+            Mistake("no_half", "m(u) = exp(-1/2 * integral of beta); you dropped the 1/2 (that is m(u)^2, the "
+                    "variance's factor).", variant(log_m=lambda u, a, b: 2 * _vp_log_mean(u, a, b))),
+            Mistake("rectangle", "integrate beta(v) = beta_min + v (beta_max - beta_min) from 0 to u: "
+                    "u beta_min + u^2 (beta_max - beta_min) / 2, not u * beta(u).",
+                    variant(log_m=lambda u, a, b: -0.5 * u * (a + u * (b - a)))),
+            Mistake("var_for_std", "sigma(u) is a standard deviation, sqrt(1 - m^2); you used the variance 1 - m^2.",
+                    variant(std=lambda m: 1 - m**2)),
+            Mistake("one_minus_m", "sigma(u)^2 = 1 - m(u)^2 (the variance is preserved), not 1 - m(u).",
+                    variant(std=lambda m: (1 - m).sqrt())),
+            Mistake("score_sign", "sign of the score: the target is -noise / sigma(u), pointing back toward m(u) x0.",
+                    variant(target_sign=1.0)),
+            Mistake("no_weight", "weight each term by lambda(u) = sigma(u)^2; the loss is then "
+                    "mean |sigma s + noise|^2.", variant(weight_power=0)),
+            Mistake("mean_coords", "your loss is the right one divided by the dimension: sum the squared error over "
+                    "the coordinates (a squared norm) and average over the batch.", variant(reduce="mean")),
         ],
-        forbidden=("course_utils.score_sde_solvers.reverse_sde_euler_maruyama",
-                   "diffusers.schedulers.deprecated.scheduling_sde_vp.ScoreSdeVpScheduler.step_pred",
-                   "course_utils.grading.score_sde._reference_reverse_sde_step"),
+        forbidden=("course_utils.score_sde.dsm_objective", "course_utils.score_sde_solvers.vp_marginal",
+                   "course_utils.grading.score_sde._reference_vp_dsm_loss", "course_utils.grading.score_sde._vp_dsm"),
     )
 
 
-# ---------------------------------------------------------------- exercise 4: the probability-flow drift
-def _reference_probability_flow_drift(x, score, u, beta_min, beta_max):
-    return probability_flow_velocity(x, score, u, beta_min, beta_max)
+# ---------------------------------------------------------------- exercise 3: the VE probability-flow drift (g^2 derived)
+def _ve_pf(x, score, u, smin, smax, *, coef=lambda s2, lr: s2 * lr):
+    sigma2 = (smin * (smax / smin) ** u) ** 2
+    return -coef(sigma2, math.log(smax / smin)) * score
 
 
-def check_probability_flow_drift(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
-    """Exercise 4: ``fn(x, score, u, beta_min, beta_max) -> dx/du`` of the VP probability-flow ODE."""
+def _reference_ve_probability_flow_drift(x, score, u, sigma_min, sigma_max):
+    return _ve_pf(x, score, u, sigma_min, sigma_max)
 
-    def variant(score_coef, x_coef=lambda b: -0.5 * b):
-        return lambda x, score, u, bmin, bmax: (x_coef(vp_beta(u, bmin, bmax)) * x
-                                                + score_coef(vp_beta(u, bmin, bmax)) * score)
+
+def _ve_inputs(rng):
+    B, D = int(rng.choice([1, int(rng.integers(2, 40))])), int(rng.choice([1, 2, 3]))
+    u = float(rng.choice([1.0, round(float(rng.uniform(0.01, 1.0)), 5)]))
+    smin, smax = float(rng.uniform(0.005, 0.1)), float(rng.uniform(3.0, 80.0))
+    return (torch.tensor(rng.standard_normal((B, D)) * smax), torch.tensor(rng.standard_normal((B, D))),
+            u, smin, smax)
+
+
+def check_ve_probability_flow_drift(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+    """Exercise 3: ``fn(x, score, u, sigma_min, sigma_max) -> dx/du`` of the VE probability-flow ODE."""
+
+    def variant(coef):
+        return lambda x, score, u, a, b: _ve_pf(x, score, u, a, b, coef=coef)
 
     check_function(
-        fn, _reference_probability_flow_drift, _vp_inputs(False), name="probability_flow_drift", trials=trials,
+        fn, _reference_ve_probability_flow_drift, _ve_inputs, name="ve_probability_flow_drift", trials=trials,
         seed=seed,
         mistakes=[
-            Mistake("full_g2", "that is the reverse SDE's drift f - g^2 s; the probability-flow ODE has half of it: "
-                    "f - 1/2 g^2 s (the other half was the noise's job).", variant(lambda b: -b)),
-            Mistake("g_not_g2", "g^2 vs g: the score is multiplied by 1/2 g^2 = 1/2 beta(u), not by 1/2 sqrt(beta).",
-                    variant(lambda b: -0.5 * math.sqrt(b))),
-            Mistake("score_sign", "sign of the score: dx/du = f - 1/2 g^2 s (forward in time the flow moves down the "
-                    "log-density).", variant(lambda b: 0.5 * b)),
-            Mistake("backward", "you returned -dx/du (the velocity backwards in time); return dx/du = "
-                    "-1/2 beta (x + s).", variant(lambda b: 0.5 * b, lambda b: 0.5 * b)),
-            Mistake("no_f", "the drift includes f(x, u) = -1/2 beta(u) x.", variant(lambda b: -0.5 * b, lambda b: 0.0)),
+            Mistake("g2_is_sigma2", "g(u)^2 is the rate d sigma(u)^2 / du = 2 ln(sigma_max/sigma_min) sigma(u)^2, "
+                    "not sigma(u)^2 itself.", variant(lambda s2, lr: 0.5 * s2)),
+            Mistake("no_half", "that is the reverse SDE's drift -g^2 s; the probability-flow ODE has half of it, "
+                    "-1/2 g^2 s.", variant(lambda s2, lr: 2 * s2 * lr)),
+            Mistake("dsigma", "g^2 = d(sigma^2)/du = 2 sigma sigma' with sigma' = ln(sigma_max/sigma_min) sigma; you "
+                    "differentiated sigma, not sigma^2.", variant(lambda s2, lr: 0.5 * math.sqrt(s2) * lr)),
+            Mistake("no_two", "d(sigma^2)/du = 2 ln(sigma_max/sigma_min) sigma^2: the chain rule brings a factor 2.",
+                    variant(lambda s2, lr: 0.5 * s2 * lr)),
+            Mistake("score_sign", "sign of the score: dx/du = f - 1/2 g^2 s with f = 0, so -1/2 g^2 s.",
+                    variant(lambda s2, lr: -s2 * lr)),
         ],
         forbidden=("course_utils.score_sde_solvers.probability_flow_velocity",
-                   "course_utils.grading.score_sde._reference_probability_flow_drift"),
+                   "course_utils.score_sde_solvers.ve_reverse_step",
+                   "course_utils.score_sde_solvers.reverse_sde_euler_maruyama",
+                   "course_utils.grading.score_sde._reference_ve_probability_flow_drift",
+                   "course_utils.grading.score_sde._ve_pf"),
     )
 
 
-# ---------------------------------------------------------------- exercise 5: a finite-difference Fokker-Planck step
+# ---------------------------------------------------------------- exercise 4: a finite-difference Fokker-Planck step
 def _reference_fokker_planck_step(p, x, dt, theta, sigma):
     return fokker_planck_ftcs(p, x, dt, theta, sigma)
 
@@ -235,7 +234,7 @@ def _fp_inputs(rng):
 
 
 def check_fokker_planck_step(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
-    """Exercise 5: ``fn(p, x, dt, theta, sigma) -> p`` one step later, for dX = -theta X dt + sigma dW."""
+    """Exercise 4: ``fn(p, x, dt, theta, sigma) -> p`` one step later, for dX = -theta X dt + sigma dW."""
 
     def variant(**kw):
         return lambda p, x, dt, theta, sigma: _fp(p, x, dt, theta, sigma, **kw)
@@ -255,9 +254,140 @@ def check_fokker_planck_step(fn: Callable, *, trials: int = 6, seed: int | None 
         ],
         forbidden=("course_utils.score_sde_fokker_planck.fokker_planck_ftcs",
                    "course_utils.score_sde_fokker_planck.solve_fokker_planck",
-                   "course_utils.grading.score_sde._reference_fokker_planck_step"),
+                   "course_utils.grading.score_sde._reference_fokker_planck_step", "course_utils.grading.score_sde._fp"),
     )
 
 
-__all__ = ["check_dsm_loss", "check_langevin_step", "check_reverse_sde_step", "check_probability_flow_drift",
-           "check_fokker_planck_step"]
+# ---------------------------------------------------------------- exercise 5: the Karras noise ladder (warm-up for 6)
+def _karras(n, sigma_min, sigma_max, rho, *, denom=None, inverse=False, zero=True, increasing=False):
+    ramp = torch.arange(n, dtype=torch.float64) / ((n - 1) if denom is None else denom(n))
+    if inverse:
+        lo, hi = sigma_min**rho, sigma_max**rho
+        out = (hi + ramp * (lo - hi)) ** (1.0 / rho)
+    else:
+        lo, hi = sigma_min ** (1.0 / rho), sigma_max ** (1.0 / rho)
+        out = (hi + ramp * (lo - hi)) ** rho
+    if increasing:
+        out = out.flip(0)
+    return torch.cat([out, out.new_zeros(1)]) if zero else out
+
+
+def _reference_karras_sigmas(n, sigma_min, sigma_max, rho):
+    return _karras(n, sigma_min, sigma_max, rho)
+
+
+def _karras_inputs(rng):
+    n = int(rng.choice([2, int(rng.integers(3, 40)), int(rng.integers(40, 400))]))
+    return n, float(rng.uniform(0.002, 0.1)), float(rng.uniform(5.0, 120.0)), float(rng.choice([7.0, rng.uniform(2.0, 10.0)]))
+
+
+def check_karras_sigmas(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+    """Exercise 5: ``fn(n, sigma_min, sigma_max, rho) -> (n + 1,) float64 tensor``, EDM's ladder with a final 0."""
+
+    def variant(**kw):
+        return lambda n, a, b, rho: _karras(n, a, b, rho, **kw)
+
+    check_function(
+        fn, _reference_karras_sigmas, _karras_inputs, name="karras_sigmas", trials=trials, seed=seed,
+        mistakes=[
+            Mistake("no_zero", "append sigma_N = 0 after the n levels: the sampler's last step goes to the data.",
+                    variant(zero=False)),
+            Mistake("increasing", "the ladder runs from sigma_max down to sigma_min (then 0): sampling starts at "
+                    "the largest noise.", variant(increasing=True)),
+            Mistake("off_by_one", "the ramp is i / (n - 1) for i = 0..n-1, so that level n-1 is exactly sigma_min.",
+                    variant(denom=lambda n: n)),
+            Mistake("rho_inverted", "interpolate linearly between sigma^(1/rho), then raise to the power rho "
+                    "(you swapped rho and 1/rho).", variant(inverse=True)),
+        ],
+        forbidden=_KARRAS_SHORTCUTS + ("course_utils.grading.score_sde._reference_karras_sigmas",
+                                       "course_utils.grading.score_sde._karras"),
+    )
+
+
+# ---------------------------------------------------------------- exercise 6: EDM's deterministic Heun sampler
+class _MixtureDenoiser:
+    """The exact denoiser D(x; sigma) = E[x0 | x0 + sigma z = x] of a random isotropic Gaussian mixture.
+
+    Written in NumPy (tiny matrices: torch's intra-op threads only add contention on a loaded machine)."""
+
+    def __init__(self, rng: np.random.Generator, dim: int):
+        k = int(rng.integers(2, 6))
+        self.log_w = np.log(rng.dirichlet(np.ones(k)))                   # (K,)
+        self.means = rng.standard_normal((k, dim)) * 2.0                 # (K, D)
+        self.var = rng.uniform(0.05, 0.6, k)                             # (K,) isotropic component variances
+
+    def __call__(self, x, sigma):
+        sigma = float(sigma)
+        xn = x.detach().cpu().numpy()                                    # (B, D)
+        v = self.var + sigma**2                                          # variances of the noised components
+        sq = ((xn[:, None, :] - self.means[None]) ** 2).sum(-1)          # (B, K)
+        logits = self.log_w - 0.5 * xn.shape[1] * np.log(v) - 0.5 * sq / v
+        r = np.exp(logits - logits.max(-1, keepdims=True))
+        r /= r.sum(-1, keepdims=True)                                    # responsibilities
+        post = (self.var[None, :, None] * xn[:, None, :] + sigma**2 * self.means[None]) / v[None, :, None]
+        return torch.from_numpy((r[:, :, None] * post).sum(1)).to(x.dtype)   # sum_k r_k E[x0 | x, k]
+
+    def __repr__(self):
+        return "denoiser"
+
+
+def _heun(denoiser, x, sigmas, *, heun_last=False, slope=lambda x, d, s: (x - d) / s, combine="average",
+          corrector_at_x=False, euler=False):
+    sig = [float(s) for s in sigmas]
+    for s, s_next in zip(sig[:-1], sig[1:]):
+        d = slope(x, denoiser(x, s), s)
+        x_euler = x + (s_next - s) * d
+        if euler or (s_next == 0.0 and not heun_last):
+            x = x_euler
+            continue
+        at = x if corrector_at_x else x_euler
+        d_next = slope(at, denoiser(at, s_next), s_next)
+        x = x + (s_next - s) * (0.5 * (d + d_next) if combine == "average" else d_next)
+    return x
+
+
+def _reference_edm_heun_sampler(denoiser, x, sigmas):
+    return _heun(denoiser, x, sigmas)
+
+
+def _edm_inputs(rng):
+    B, D = int(rng.integers(20, 200)), int(rng.choice([1, 2, 3]))
+    n = int(rng.choice([int(rng.integers(2, 8)), int(rng.integers(8, 40))]))
+    smax = float(rng.uniform(5.0, 80.0))
+    sigmas = _karras(n, float(rng.uniform(0.002, 0.05)), smax, float(rng.uniform(3.0, 9.0)))
+    return _MixtureDenoiser(rng, D), torch.tensor(rng.standard_normal((B, D)) * smax), sigmas
+
+
+def check_edm_heun_sampler(fn: Callable, *, trials: int = 4, seed: int | None = None) -> None:
+    """Exercise 6: ``fn(denoiser, x, sigmas) -> x at sigma = 0`` by EDM's Heun steps (Euler on the last one)."""
+
+    def variant(**kw):
+        return lambda denoiser, x, sigmas: _heun(denoiser, x, sigmas, **kw)
+
+    check_function(
+        fn, _reference_edm_heun_sampler, _edm_inputs, name="edm_heun_sampler", trials=trials, seed=seed,
+        mistakes=[
+            Mistake("euler", "that is Euler's method: after the Euler step, evaluate the slope again at the new "
+                    "point and sigma_{i+1}, and step with the average of the two slopes.", variant(euler=True)),
+            Mistake("heun_last", "the last step goes to sigma = 0, where the slope (x - D) / sigma is undefined: "
+                    "take a plain Euler step there.", variant(heun_last=True)),
+            Mistake("slope_sign", "sign of the slope: dx/dsigma = (x - D(x; sigma)) / sigma; as sigma decreases x "
+                    "moves toward the denoised D.", variant(slope=lambda x, d, s: (d - x) / s)),
+            Mistake("sigma2", "the slope is (x - D) / sigma, not / sigma^2 (with sigma(t) = t, dx/dt = -t s = "
+                    "(x - D) / t).", variant(slope=lambda x, d, s: (x - d) / s**2)),
+            Mistake("end_slope", "Heun steps with the average of the two slopes, 0.5 (d_i + d_{i+1}), not the "
+                    "second slope alone.", variant(combine="end")),
+            Mistake("corrector_at_x", "evaluate the second slope at the Euler prediction x + (sigma_{i+1} - "
+                    "sigma_i) d_i, not at the old x.", variant(corrector_at_x=True)),
+        ],
+        forbidden=(_DIFFUSERS + "scheduling_heun_discrete.HeunDiscreteScheduler.step",
+                   _DIFFUSERS + "scheduling_edm_euler.EDMEulerScheduler.step",
+                   _DIFFUSERS + "deprecated.scheduling_karras_ve.KarrasVeScheduler.step",
+                   _DIFFUSERS + "deprecated.scheduling_karras_ve.KarrasVeScheduler.step_correct",
+                   "course_utils.score_sde_solvers.sample_vp", "course_utils.score_sde_solvers.sample_ve_pc",
+                   "course_utils.grading.score_sde._reference_edm_heun_sampler", "course_utils.grading.score_sde._heun"),
+    )
+
+
+__all__ = ["check_langevin_step", "check_vp_dsm_loss", "check_ve_probability_flow_drift", "check_fokker_planck_step",
+           "check_karras_sigmas", "check_edm_heun_sampler"]

@@ -16,6 +16,16 @@ from ..classroom.checking import Mistake, check_function
 from ..training_memory import GB, GiB, TransformerShape, activation_bytes_per_layer, count_parameters, saved_tensors
 from ..training_memory_plan import zero_bytes_per_gpu
 
+# For the operator-level by-hand watch (a later change): exercises 1-5 are integer/float formulas (no tensor op
+# computes them; the course's planners are refused by name), exercise 6 needs the saved-tensors hooks and
+# storage queries, and no aten op computes its result.
+BY_HAND_GQA_PARAMETER_COUNT = {"allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_ADAM_STATE_GIB = {"allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_ACTIVATION_BYTES_TP = {"allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_ZERO2_BYTES = {"allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_MIN_GPUS = {"allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_SAVED_BYTES = {"allowed_ops": ("the module's own forward ops",), "whole_result_ops": ()}
+
 
 # ---------------------------------------------------------------- exercise 1: GQA parameter count
 def _shape_from(vocab, hidden, layers, heads, kv_heads, ffn, tied, qkv_bias) -> TransformerShape:
@@ -341,7 +351,8 @@ def check_saved_bytes(fn: Callable, *, seed: int | None = None, trials: int = 5)
                 lambda module, x: _count_saved(module, x, key=_storage_key, size=_storage_size, skip_params=False)),
         Mistake("input", "the input x exists anyway (the caller holds it): exclude its storage from the count.",
                 lambda module, x: _count_saved(module, x, key=_storage_key, size=_storage_size, skip_input=False)),
-        Mistake("elements", "count bytes, not elements: use untyped_storage().nbytes() (or numel()·element_size()).",
+        Mistake("elements", "count bytes, not elements: t.untyped_storage().nbytes() is the bytes of the whole "
+                "allocation (numel() counts only the view's elements).",
                 lambda module, x: _reference_saved_bytes_beyond_input(module, x) // 4),
         Mistake("dedup by data_ptr", "two views of one storage (the halves of y.chunk(2)) have different t.data_ptr() "
                 "but share one allocation: key the count on t.untyped_storage().data_ptr(), not t.data_ptr().",
@@ -364,3 +375,7 @@ def check_saved_bytes(fn: Callable, *, seed: int | None = None, trials: int = 5)
 
 __all__ = ["check_gqa_parameter_count", "check_adam_state_gib", "check_activation_bytes_tp", "check_zero2_bytes",
            "check_min_gpus", "check_saved_bytes"]
+
+
+# ---------------------------------------------------------------- exercise 7: a LLaMA block's MLP half, measured
+from .training_memory_llama import LlamaMLPHalf, check_llama_mlp_saved_bytes  # noqa: E402,F401

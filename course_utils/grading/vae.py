@@ -17,6 +17,22 @@ from ..classroom.checking import Mistake, call_learner, check_function, fresh_se
 from ..errors import CheckFailed
 from ..vae import LOG_2PI, bernoulli_log_prob, diag_gaussian_kl, gaussian_log_prob, reparameterize
 
+# For the operator-level by-hand watch (a later change): per exercise, the elementary aten ops it needs and the
+# ones that compute the whole result. torch.distributions computes these in plain aten ops, so it stays refused
+# by name (``forbidden=``) as well.
+_ELEMENTWISE = ("aten.add", "aten.sub", "aten.mul", "aten.div", "aten.neg", "aten.pow", "aten.exp", "aten.log",
+                "aten.sum", "aten.mean", "aten.sqrt", "aten.square", "aten.unsqueeze", "aten.expand", "aten.view")
+BY_HAND_KL_DIAG_GAUSSIANS = {"allowed_ops": _ELEMENTWISE, "whole_result_ops": ()}
+BY_HAND_KL_MONTE_CARLO = {"allowed_ops": _ELEMENTWISE, "whole_result_ops": ()}
+BY_HAND_GAUSSIAN_LOG_LIKELIHOOD = {"allowed_ops": _ELEMENTWISE, "whole_result_ops": ("aten.gaussian_nll_loss",)}
+BY_HAND_BERNOULLI_LOG_LIKELIHOOD = {"allowed_ops": _ELEMENTWISE + ("aten.log_sigmoid_forward", "aten.softplus"),
+                                    "whole_result_ops": ("aten.binary_cross_entropy_with_logits",
+                                                         "aten.binary_cross_entropy")}
+BY_HAND_NEGATIVE_ELBO = {"allowed_ops": _ELEMENTWISE + ("aten.log_sigmoid_forward", "aten.softplus"),
+                         "whole_result_ops": ()}
+BY_HAND_IWAE_BOUND = {"allowed_ops": _ELEMENTWISE + ("aten.logsumexp", "aten.amax", "aten.max"),
+                      "whole_result_ops": ()}
+
 _DISTRIBUTIONS = ("torch.distributions.kl_divergence", "torch.distributions.Normal.log_prob",
                   "torch.distributions.Independent.log_prob", "torch.distributions.MultivariateNormal.log_prob")
 
@@ -339,3 +355,7 @@ def check_iwae_bound(iwae_fn: Callable, *, trials: int = 4, seed: int | None = N
 
 __all__ = ["check_kl_diag_gaussians", "check_kl_monte_carlo", "check_gaussian_log_likelihood",
            "check_bernoulli_log_likelihood", "check_negative_elbo", "check_iwae_bound"]
+
+
+# ---------------------------------------------------------------- exercise 7: a calibrated Gaussian decoder
+from .vae_calibrated import check_calibrated_negative_elbo  # noqa: E402,F401
