@@ -105,6 +105,8 @@ class ByHand:
     :data:`WHOLE_RESULT_OPS` families; ``allow_ops`` takes operators back out. ``max_numel``: the largest
     tensor storage (in elements) the learner's code may allocate, ``large`` says in words what that would be
     (``"the L×L score matrix"``). ``max_loop_iterations``: Python loop iterations allowed in the learner's code.
+    ``allow``: dotted course functions the exercise lets the learner call although their module is refused
+    (a shape helper such as ``"course_utils.convolution.conv_output_size"``).
     """
 
     names: tuple[str, ...] = ()
@@ -115,6 +117,7 @@ class ByHand:
     large: str = "a tensor this exercise asks you not to build"
     max_loop_iterations: int | None = None
     loops: str = "Python loop"
+    allow: tuple[str, ...] = ()
     refuse_modules_of_names: bool = field(default=True)
 
     @classmethod
@@ -132,7 +135,7 @@ class ByHand:
             return self
         return ByHand(
             names=self.names + other.names, modules=self.modules + other.modules, ops=self.ops + other.ops,
-            allow_ops=self.allow_ops + other.allow_ops,
+            allow_ops=self.allow_ops + other.allow_ops, allow=self.allow + other.allow,
             max_numel=other.max_numel if other.max_numel is not None else self.max_numel,
             large=other.large if other.max_numel is not None else self.large,
             max_loop_iterations=(other.max_loop_iterations if other.max_loop_iterations is not None
@@ -257,6 +260,11 @@ class _Watch:
         self._previous_thread_profile = None
         self._threads_modes: list[Any] = []
         self._last_line: dict[int, int] = {}
+        self._given: set[Any] = set()  # code objects of callables passed to the learner's function as inputs
+        for dotted in self.spec.allow:
+            code = getattr(inspect.unwrap(_resolve(dotted)), "__code__", None)
+            if code is not None:
+                self._given.add(code)
 
     # --------------------------------------------------------------------------- what counts as a hit
     def _refuse(self, what: str) -> None:
@@ -272,7 +280,7 @@ class _Watch:
             if named:
                 self._refuse(named)
                 return
-            if code.co_name == "<module>":  # a module executing as it is imported: not a call of its functions
+            if code.co_name == "<module>" or code in self._given:  # imports; callables the check handed the learner
                 return
             caller = frame.f_back
             if caller is None or _course_frame(caller) or caller.f_code is code:
@@ -306,8 +314,7 @@ class _Watch:
         """Global trace function: follows only the learner's own frames, counting loop back-edges."""
         if event != "call" or self.spec.max_loop_iterations is None:
             return None
-        module = _module_of(frame)
-        if module != "__main__" and not frame.f_code.co_filename.startswith(("<", "/tmp/ipykernel")):
+        if not _learner_frame(frame) and _module_of(frame) != "__main__":
             return None
         return self._local_trace
 
@@ -430,9 +437,32 @@ class _Watch:
                 if isinstance(value, np.ufunc) and value.__name__ in self._ufuncs:
                     self._refuse(f"{self._ufuncs[value.__name__]} (held as `{name}`)")
 
+    def _note_given(self, values) -> None:
+        """Callables among the inputs (a model, a function to differentiate) may be called: the check gave them."""
+        for v in values:
+            if isinstance(v, (list, tuple)):
+                self._note_given(v)
+            elif isinstance(v, dict):
+                self._note_given(v.values())
+            elif isinstance(v, type) or (torch is not None and isinstance(v, torch.Tensor)) or isinstance(v, np.ndarray):
+                continue
+            else:  # a function, or an object whose methods the learner may call (a model, a scheduler)
+                candidates = [v, getattr(v, "__func__", None)]
+                if not callable(v) or not hasattr(v, "__code__"):
+                    for klass in type(v).__mro__:
+                        if klass.__module__.startswith(("builtins", "torch", "numpy")):
+                            continue
+                        candidates += [m for m in vars(klass).values()]
+                for obj in candidates:
+                    obj = getattr(obj, "__func__", obj)
+                    code = getattr(inspect.unwrap(obj), "__code__", None) if callable(obj) else None
+                    if code is not None:
+                        self._given.add(code)
+
     def call(self, fn, args=(), kwargs=None):
         """``fn(*args, **kwargs)`` under the watch, with NumPy arrays watched too; returns the result."""
         self._held_ufuncs(fn)
+        self._note_given(tuple(args) + tuple((kwargs or {}).values()))
         args, kwargs = self._wrap_ufuncs(tuple(args), dict(kwargs or {}))
         try:
             with self:
