@@ -112,6 +112,8 @@ def _max_error(got: Any, want: Any) -> tuple[float, tuple]:
 
 
 def _describe_value(x: Any) -> str:
+    if _is_array(x) and len(tuple(x.shape)) == 0:  # a 0-d result: its value is what the learner needs to see
+        return f"{_kind(x)} of shape () and dtype {_dtype_name(x.dtype)} holding {float(_to_numpy(x)):.10g}"
     if _is_array(x):
         return f"{_kind(x)} of shape {tuple(x.shape)} and dtype {_dtype_name(x.dtype)}"
     if isinstance(x, (float, np.floating)):

@@ -141,3 +141,23 @@ def replayed_answer_fails(check, solution, *, names_inputs=False):
     assert not isinstance(info.value, NotAttempted)
     if names_inputs:
         assert "seed=1" in str(info.value) or "expected" in str(info.value) or "differ" in str(info.value), str(info.value)
+
+
+def pasted(module):
+    """``module``'s functions as if the learner had pasted its source into a cell.
+
+    The by-hand watch refuses calls into the course's grading and lesson modules, but code the learner wrote or
+    pasted is theirs: this is how a test builds a right answer (or a named mistake) from the course's own helpers.
+    Every function of the module is re-created over a copy of its globals named ``__main__``, so helpers it calls
+    are the pasted copies too.
+    """
+    import types
+
+    namespace = dict(vars(module))
+    namespace["__name__"] = "__main__"
+    for key, value in list(namespace.items()):
+        if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
+            copy = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__, value.__closure__)
+            copy.__kwdefaults__ = value.__kwdefaults__
+            namespace[key] = copy
+    return types.SimpleNamespace(**namespace)

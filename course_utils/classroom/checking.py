@@ -31,10 +31,10 @@ except ImportError:  # pragma: no cover
 from ..checks import _close, _describe_value, _flatten, _is_array, _is_tensor, _max_error, _to_numpy, _validate
 from ..errors import CheckFailed, ForbiddenCall, NotAttempted
 from ..tolerances import TOLERANCES, _dtype_name, tolerance_for
-from .forbidden import _ForbiddenGuard, forbidden_message
+from .forbidden import ByHand, WatchHit, forbidden_message, learner_line, watch
 
-__all__ = ["Mistake", "check_function", "check_value", "call_learner", "fresh_seed", "tolerance_for", "TOLERANCES",
-           "CheckFailed", "NotAttempted", "ForbiddenCall"]
+__all__ = ["ByHand", "Mistake", "check_function", "check_value", "call_learner", "fresh_seed", "tolerance_for",
+           "TOLERANCES", "CheckFailed", "NotAttempted", "ForbiddenCall"]
 
 
 @dataclass(frozen=True)
@@ -66,24 +66,35 @@ def _same_input(a: Any, b: Any) -> bool:
     return True
 
 
+def _watch_spec(forbidden: Iterable[str] | ByHand | None, by_hand: ByHand | None) -> ByHand | None:
+    """One :class:`ByHand` from the older ``forbidden=`` names and the newer ``by_hand=``; None when nothing is refused."""
+    spec = ByHand.of(forbidden)
+    if spec is None:
+        return by_hand
+    return spec.merged(by_hand)
+
+
 def call_learner(name: str, fn: Callable, args: Sequence[Any] = (), kwargs: dict | None = None,
-                 *, forbidden: Iterable[str] = ()) -> Any:
+                 *, forbidden: Iterable[str] | ByHand = (), by_hand: ByHand | None = None, where: str = "") -> Any:
     """Call a learner's function: a stub becomes :class:`NotAttempted`, a crash a one-line :class:`CheckFailed`.
 
     ``forbidden`` names functions (dotted, e.g. ``"torch.nn.functional.conv2d"``) that the learner's code
-    must not call; a call to one raises :class:`ForbiddenCall`. When ``fn`` is a grader's remote proxy
-    (``course_utils.classroom.remote``), the guard runs in the learner's kernel, around the real call.
+    must not call; ``by_hand`` (a :class:`~course_utils.classroom.forbidden.ByHand`) adds what a by-hand exercise
+    refuses at the operator and module level and the structure it demands. Either makes the call a by-hand
+    call, watched by :func:`~course_utils.classroom.forbidden.watch`; a refused call raises :class:`ForbiddenCall`.
+    When ``fn`` is a grader's remote proxy (``course_utils.classroom.remote``), the watch runs in the learner's
+    kernel, around the real call. ``where`` (the trial, the inputs, the seed) is added to a crash's message.
 
     For checks that cannot be written with :func:`check_function` (statistical checks, for example).
     """
     kwargs = kwargs or {}
-    forbidden = tuple(forbidden)
+    spec = _watch_spec(forbidden, by_hand)
     try:
         if hasattr(fn, "__course_remote_call__"):
-            result, hit = fn.__course_remote_call__(args, kwargs, forbidden)
-        elif forbidden:
-            with _ForbiddenGuard(forbidden) as guard:
-                result = fn(*args, **kwargs)
+            result, hit = fn.__course_remote_call__(args, kwargs, spec or ())
+        elif spec is not None:
+            guard = watch(spec)
+            result = guard.call(fn, args, kwargs)
             hit = guard.hit
         else:
             result, hit = fn(*args, **kwargs), None
@@ -91,6 +102,8 @@ def call_learner(name: str, fn: Callable, args: Sequence[Any] = (), kwargs: dict
         raise NotAttempted(
             f"{name}: not attempted yet; replace `raise NotImplementedError` with your code and run this cell again."
         ) from None
+    except WatchHit as exc:
+        raise ForbiddenCall(forbidden_message(name, str(exc))) from None
     except CheckFailed:
         raise
     except Exception as exc:  # the learner's code crashed: report it in one line
@@ -101,13 +114,17 @@ def call_learner(name: str, fn: Callable, args: Sequence[Any] = (), kwargs: dict
         if kind == "TritonUnavailable":
             raise CheckFailed(f"{name}: this exercise needs Triton, which is not installed here (it installs only on Linux "
                               f"x86-64); do it in the course's container (README) or on a Linux machine.") from None
+        if kind == "WatchHit":  # in the learner's kernel, a refused call came before the crash
+            raise ForbiddenCall(forbidden_message(name, message)) from None
         if kind in ("NotImplementedError", "NotAttempted"):
             raise NotAttempted(
                 f"{name}: not attempted yet; replace `raise NotImplementedError` with your code and run this cell again."
             ) from None
+        line = getattr(exc, "line", None) if hasattr(exc, "type_name") else learner_line(exc)
+        at = f" at {line}" if line else ""
         raise CheckFailed(
-            f"{name}: your function raised {kind}({message[:160]!r}) on {_describe_inputs(args, kwargs)}; "
-            f"call it on such inputs yourself to see where."
+            f"{name}: your function raised {kind}({message[:160]!r}){at}"
+            f"{where or ' on ' + _describe_inputs(args, kwargs)}; call it on such inputs yourself to see why."
         ) from None
     if hit:
         raise ForbiddenCall(forbidden_message(name, hit))
@@ -164,6 +181,7 @@ def check_function(
     mistakes: Iterable[Mistake] = (),
     check_inputs_unchanged: bool = True,
     forbidden: Iterable[str] = (),
+    by_hand: ByHand | None = None,
     quiet: bool = False,
 ) -> None:
     """Run ``learner_fn`` and ``reference_fn`` on ``trials`` fresh random inputs and compare.
@@ -173,7 +191,8 @@ def check_function(
     the seed, and passing it back reproduces the failure. Tolerances default to :func:`tolerance_for`
     the reference output's dtype, grown for a reduction of length ``n`` when given. ``mistakes`` are
     tried in order when the answer is wrong; the first whose output agrees with the learner's gives the
-    hint. ``forbidden`` names functions the learner must not call (see :func:`call_learner`).
+    hint. ``forbidden`` names functions the learner must not call and ``by_hand`` describes a by-hand exercise
+    (see :func:`call_learner`).
     Raises :class:`NotAttempted` or :class:`CheckFailed`.
     """
     if not callable(learner_fn):
@@ -185,7 +204,7 @@ def check_function(
         args, kwargs = _as_args(make_inputs(rng))
         where = f" (trial {trial + 1} of {trials}, {_describe_inputs(args, kwargs)}; reproduce with seed={seed})"
         originals = _copy_inputs(args)
-        got = call_learner(name, learner_fn, args, kwargs, forbidden=forbidden)
+        got = call_learner(name, learner_fn, args, kwargs, forbidden=forbidden, by_hand=by_hand, where=where)
         if check_inputs_unchanged and not all(_same_input(a, b) for a, b in zip(args, originals)):
             raise CheckFailed(
                 f"{name}: your function modified its input in place; work on a copy (or a new array) instead."
@@ -214,9 +233,27 @@ def check_function(
                 raise CheckFailed(f"{name}: {mistake.hint}")
         if problem is not None:
             raise problem
-        raise CheckFailed(_difference_message(name, got, want, r, a, where))
+        raise CheckFailed(_difference_message(name, got, want, r, a, where) + _precision_hint(got, want, r, a))
     if not quiet:
         print(f"✅ {name}: matches the reference on {trials} random input{'s' if trials != 1 else ''}.")
+
+
+def _precision_hint(got: Any, want: Any, r: float, a: float) -> str:
+    """A hint when the answer is off only at float32 rounding level where the check needs float64."""
+    try:
+        g, w = _to_numpy(got).astype(np.float64), _to_numpy(want).astype(np.float64)
+        if g.shape != w.shape or not np.all(np.isfinite(g)) or not np.all(np.isfinite(w)):
+            return ""
+        if _dtype_name(_flatten(want)[0].dtype) != "float64" or r > 1e-8:
+            return ""
+        scale = np.maximum(np.abs(w), np.abs(w).max() * 1e-3 + 1e-300)
+        worst = float(np.max(np.abs(g - w) / scale))
+    except Exception:  # not numbers: no precision to talk about
+        return ""
+    if worst <= 3e-6:
+        return (f" The difference ({worst:.1g} relative) is float32 rounding: some step computes in float32 (a "
+                f"float32 array, torch's default dtype, np.float32); keep every step in float64.")
+    return ""
 
 
 def _difference_message(name: str, got: Any, want: Any, r: float, a: float, where: str) -> str:

@@ -137,7 +137,7 @@ class KernelSession:
             if reply["error"]["type"] == "KeyboardInterrupt" and time.monotonic() - tick >= self.cell_timeout:
                 self.resync()
                 raise RemoteTimeout("Timeout", f"your code ran longer than {_num(self.cell_timeout)} s and was interrupted")
-            raise remote_error(reply["error"]["type"], reply["error"]["message"])
+            raise remote_error(reply["error"]["type"], reply["error"]["message"], reply["error"].get("line", ""))
         return reply, arrays
 
     def resolve(self, name: str):

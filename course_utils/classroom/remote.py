@@ -17,7 +17,7 @@ Protocol, one request at a time, through files in a private folder:
 
 Arguments the learner's code changed in place (arrays and tensors, inside lists and dicts too, and
 ``.grad`` fields) are copied back into the grader's objects, so checks can detect in-place mutation or
-read kernels' outputs. Forbidden calls (``checks.call_learner(..., forbidden=...)``) are watched in the
+read kernels' outputs. By-hand watches (``call_learner(..., forbidden=..., by_hand=...)``) run in the
 kernel, around the learner's call: that part runs where the learner's code runs, so a learner who
 deliberately sabotages the kernel's own interpreter could hide such a call; the correctness verdict
 cannot be influenced that way.
@@ -47,9 +47,9 @@ _HANDLES: dict[int, Any] = {}  # kernel side: objects that cannot travel as data
 class RemoteError(Exception):
     """The learner's code raised in the kernel. ``type_name`` and ``message`` say what."""
 
-    def __init__(self, type_name: str, message: str):
+    def __init__(self, type_name: str, message: str, line: str = ""):
         super().__init__(f"{type_name}: {message}")
-        self.type_name, self.message = type_name, message
+        self.type_name, self.message, self.line = type_name, message, line
 
 
 class RemoteNotImplemented(RemoteError, NotImplementedError):
@@ -68,10 +68,10 @@ class RemoteDead(RemoteError):
     fatal = True
 
 
-def remote_error(type_name: str, message: str) -> RemoteError:
+def remote_error(type_name: str, message: str, line: str = "") -> RemoteError:
     if type_name in ("NotImplementedError", "NotAttempted"):
         return RemoteNotImplemented(type_name, message)
-    return RemoteError(type_name, message)
+    return RemoteError(type_name, message, line)
 
 
 # ------------------------------------------------------------------------ data encoding (kernel side)
@@ -246,7 +246,9 @@ def serve(base: str) -> None:
         reply = _answer(request, arrays)
     except BaseException as exc:  # the learner's code may raise anything, KeyboardInterrupt included
         message = str(exc).splitlines()[0] if str(exc) else ""
-        reply = {"error": {"type": type(exc).__name__, "message": message[:500]}}
+        from .forbidden import learner_line
+
+        reply = {"error": {"type": type(exc).__name__, "message": message[:500], "line": learner_line(exc)}}
     try:
         text = json.dumps(reply, allow_nan=True)
     except (TypeError, ValueError) as exc:
@@ -283,10 +285,10 @@ def _answer(request: dict, arrays: list) -> dict:
         snapshot = _snapshot(args, kwargs)
         hit = None
         if request.get("forbidden"):
-            from .forbidden import _ForbiddenGuard
+            from .forbidden import watch
 
-            with _ForbiddenGuard(request["forbidden"]) as guard:
-                result = target(*args, **kwargs)
+            guard = watch(request["forbidden"])
+            result = guard.call(target, args, kwargs)
             hit = guard.hit
         else:
             result = target(*args, **kwargs)
