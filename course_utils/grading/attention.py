@@ -16,6 +16,7 @@ import numpy as np
 from ..attention import attention_backward_naive, attention_naive, merge_states
 from ..attention_io import causal_blocks_visited
 from ..checks import Mistake, check_function
+from .attention_watch import peak_watched
 from .attention_inputs import (FORBIDDEN_ATTENTION, FORBIDDEN_BLOCKS, FP32_EXP_OVERFLOW, FP64_EXP_OVERFLOW,
                                HOT_FP32_TOL, _cycle, _hot_row, _lse, _masked_attention,
                                _nonfinite_mistakes, _qkv, _rand)
@@ -162,7 +163,7 @@ def check_causal_blocks_visited(blocks_visited: Callable, *, trials: int = 6, se
     Lengths cycle through: ragged, an exact multiple of both blocks, one past a query-block edge, one short
     of it, and the tiny lengths 1 and 2; tiles cycle through tall (``block_m > block_n``), wide and square.
     """
-    kind = _cycle(("ragged", "tall"), ("exact", "wide"), ("one_past", "tall"), ("one_short", "square"),
+    kind = _cycle(("long", "tall"), ("ragged", "tall"), ("exact", "wide"), ("one_past", "tall"), ("one_short", "square"),
                   ("tiny", "wide"), ("ragged", "wide"))
 
     def make_inputs(rng):
@@ -171,7 +172,8 @@ def check_causal_blocks_visited(blocks_visited: Callable, *, trials: int = 6, se
         block_m, block_n = {"tall": (large, small), "wide": (small, large), "square": (small, small)}[shape]
         edge = int(rng.integers(1, 10)) * block_m  # a query block edge
         seqlen = {"exact": int(rng.integers(1, 10)) * large, "one_past": edge + 1, "one_short": edge - 1 or 1,
-                  "tiny": int(rng.integers(1, 3))}.get(length, int(rng.integers(2, 12)) * large + int(rng.integers(1, 16)))
+                  "tiny": int(rng.integers(1, 3)),
+                  "long": int(rng.integers(3000, 5000))}.get(length, int(rng.integers(2, 12)) * large + int(rng.integers(1, 16)))
         return seqlen, block_m, block_n
 
     def cd(a, b):
@@ -194,7 +196,10 @@ def check_causal_blocks_visited(blocks_visited: Callable, *, trials: int = 6, se
         Mistake("swapped_blocks", "block_m tiles the queries and block_n the keys; you swapped them.",
                 lambda L, bm, bn: causal_blocks_visited(L, bn, bm)),
     ]
-    check_function(blocks_visited, causal_blocks_visited, make_inputs, name="blocks_visited", trials=trials,
+    learner = peak_watched(blocks_visited, lambda L, bm, bn: 2**20, "blocks_visited",
+                           "count the tiles with arithmetic, one query block at a time: do not build a mask "
+                           "(the check draws sequences of 3000 to 5000 tokens)")
+    check_function(learner, causal_blocks_visited, make_inputs, name="blocks_visited", trials=trials,
                    seed=seed, mistakes=mistakes, forbidden=FORBIDDEN_BLOCKS, quiet=quiet)
 
 
@@ -229,12 +234,14 @@ def check_flash_forward_lse(flash_forward: Callable, *, trials: int = 5, seed: i
     One query row per trial has a score above float64's ``exp`` overflow (709.8), so a softmax without a
     running max fails; lengths cycle through ragged, an exact multiple of the block, one past it, 1 and 2.
     """
-    kind = _cycle("ragged", "exact", "one_past", "one", "two")
+    kind = _cycle("long", "ragged", "exact", "one_past", "one", "two")
 
     def make_inputs(rng):
         block_n = int(rng.choice([4, 8]))
         which = kind()
-        n = {"exact": int(rng.integers(2, 5)) * block_n, "one_past": int(rng.integers(1, 4)) * block_n + 1, "one": 1,
+        if which == "long":  # the full score matrix alone (8 L^2 bytes) is twice the limit; the tiles are far below it
+            block_n, n = int(rng.choice([16, 32])), int(rng.integers(448, 513))
+        n = n if which == "long" else {"exact": int(rng.integers(2, 5)) * block_n, "one_past": int(rng.integers(1, 4)) * block_n + 1, "one": 1,
              "two": 2}.get(which, int(rng.integers(2, 5)) * block_n + int(rng.integers(2, block_n)))
         q, k, v = _qkv(rng, n, int(rng.integers(2, 9)))
         k[:block_n] += 1.0  # the first block tends to hold the max, so stale maxima show
@@ -265,7 +272,9 @@ def check_flash_forward_lse(flash_forward: Callable, *, trials: int = 5, seed: i
                 "the running m + log(l), not the last block's.",
                 lambda q, k, v, b: _online(q, k, v, b, rescale=False, lse="last")),
     ]
-    learner = _nonfinite_mistakes(flash_forward, "flash_forward", mistakes, FORBIDDEN_ATTENTION,
+    tiled = peak_watched(flash_forward, lambda q, k, v, b: max(4 * q.shape[0] * k.shape[0], 2**18), "flash_forward",
+                         "tile the keys: never hold the full (L, L) score matrix, only one (L, block_n) block at a time")
+    learner = _nonfinite_mistakes(tiled, "flash_forward", mistakes, FORBIDDEN_ATTENTION,
                                   overflow=(FP64_EXP_OVERFLOW, mistakes[0].hint))
     check_function(learner, ref, make_inputs, name="flash_forward", trials=trials, seed=seed,
                    mistakes=mistakes, quiet=quiet)
@@ -278,12 +287,15 @@ def check_flash_backward_tiles(flash_backward: Callable, *, trials: int = 4, see
 
     Lengths cycle through ragged, one past a block edge, an exact multiple, and 1.
     """
-    kind = _cycle("ragged", "one_past", "exact", "one")
+    kind = _cycle("long", "ragged", "one_past", "exact", "one")
 
     def make_inputs(rng):
         block = int(rng.choice([4, 8]))
-        n = {"one_past": int(rng.integers(1, 4)) * block + 1, "exact": int(rng.integers(1, 4)) * block,
-             "one": 1}.get(kind(), int(rng.integers(2, 4)) * block + int(rng.integers(2, block)))
+        which = kind()
+        if which == "long":  # the full P alone (8 L^2 bytes) is twice the limit; the tiles are far below it
+            block, n = int(rng.choice([16, 32])), int(rng.integers(320, 385))
+        n = n if which == "long" else {"one_past": int(rng.integers(1, 4)) * block + 1, "exact": int(rng.integers(1, 4)) * block,
+             "one": 1}.get(which, int(rng.integers(2, 4)) * block + int(rng.integers(2, block)))
         q, k, v = _qkv(rng, n, int(rng.integers(2, 7)))
         o = attention_naive(q, k, v)
         return q, k, v, o, _lse(q, k, 1 / math.sqrt(q.shape[1])), _rand(rng, o.shape), block
@@ -316,7 +328,9 @@ def check_flash_backward_tiles(flash_backward: Callable, *, trials: int = 4, see
         mistake("no_delta_no_scale", "two slips: dS = P * (dP - delta) with delta = rowsum(dO * O), and dQ, dK carry "
                 "the 1/sqrt(d) factor.", delta=False, tau_in_grad=False),
     ]
-    check_function(flash_backward, ref, make_inputs, name="flash_backward", trials=trials, seed=seed,
+    tiled = peak_watched(flash_backward, lambda q, k, v, o, lse, do, b: max(4 * q.shape[0] * k.shape[0], 2**18), "flash_backward",
+                         "recompute P one (block, block) tile at a time: never hold the full (L, L) P, dP or dS")
+    check_function(tiled, ref, make_inputs, name="flash_backward", trials=trials, seed=seed,
                    n=64, mistakes=mistakes, forbidden=FORBIDDEN_ATTENTION, quiet=quiet)  # float64 sums in another order
 
 
