@@ -152,45 +152,6 @@ def test_causal_attention_inputs_overflow_without_the_max():
         assert q.dtype == np.float32 and (q @ k.T / math.sqrt(q.shape[1])).max() > ga.FP32_EXP_OVERFLOW
 
 
-# ---------------------------------------------------------------- exercise 3
-def blocks_solution(seqlen, block_m, block_n):
-    total = 0
-    for i in range(-(-seqlen // block_m)):
-        total += (min((i + 1) * block_m, seqlen) - 1) // block_n + 1
-    return total
-
-
-def blocks_closed_form(seqlen, block_m, block_n):  # right, written differently: brute force over tiles
-    return sum(1 for i in range(0, seqlen, block_m) for j in range(0, seqlen, block_n) if j <= min(i + block_m, seqlen) - 1)
-
-
-def test_causal_blocks_visited():
-    check = ga.check_causal_blocks_visited
-    check(blocks_solution, quiet=True)
-    check(blocks_closed_form, trials=12, quiet=True)
-    with pytest.raises(NotAttempted):
-        check(stub)
-    cd = lambda a, b: -(-a // b)  # noqa: E731
-    fails_with(check, lambda L, bm, bn: cd(L, bm) * cd(L, bn), "counted every tile")
-    fails_with(check, lambda L, bm, bn: sum(cd(i * bm, bn) for i in range(cd(L, bm))), "off by one")
-    fails_with(check, lambda L, bm, bn: sum(min((i + 1) * bm, L) // bn for i in range(cd(L, bm))), "ceil(")
-    fails_with(check, lambda L, bm, bn: sum(cd((i + 1) * bm, bn) for i in range(cd(L, bm))), "clamp")
-    fails_with(check, lambda L, bm, bn: sum(cd(min((i + 1) * bm, L), bn) for i in range(L // bm)), "off by one")
-    fails_with(check, lambda L, bm, bn: blocks_solution(L, bn, bm), "swapped")
-    fails_with(check, lambda L, bm, bn: cd(L, bm) * cd(L, bn) // 2, "exactly half")
-    fails_with(check, lambda L, bm, bn: float(blocks_solution(L, bm, bn)) + 0.5, "")
-    forbidden(check, aio.causal_blocks_visited, "causal_blocks_visited")
-    assert_hard_coded_fails(check, blocks_solution)
-
-
-def test_blocks_visited_draws_edge_lengths():
-    seen = []
-    ga.check_causal_blocks_visited(lambda L, bm, bn: seen.append((L, bm, bn)) or blocks_solution(L, bm, bn), quiet=True)
-    assert any(L <= 2 for L, _, _ in seen)
-    assert any(L % bm == 1 or L % bn == 1 for L, bm, bn in seen if L > 2)  # one past a block edge
-    assert any(L % bm == 0 and L % bn == 0 for L, bm, bn in seen)
-
-
 # ---------------------------------------------------------------- exercise 4
 def forward_solution(q, k, v, block_n):
     tau = 1 / math.sqrt(q.shape[1])
@@ -313,48 +274,7 @@ def test_flash_backward_tiles():
     assert_hard_coded_fails(check, backward_solution)
 
 
-# ---------------------------------------------------------------- exercise 6
-def sliding_solution(q, k, v, window):
-    n, d = q.shape
-    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
-    s = np.where((j <= i) & (j > i - window), q @ k.T / math.sqrt(d), -np.inf)
-    e = np.exp(s - s.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True) @ v
-
-
-def sliding_rows(q, k, v, window):  # right, written differently: a loop over rows and their windows
-    out = np.zeros_like(v)
-    for i in range(q.shape[0]):
-        lo = max(0, i - window + 1)
-        s = k[lo:i + 1] @ q[i] / math.sqrt(q.shape[1])
-        w = np.exp(s - s.max())
-        out[i] = w @ v[lo:i + 1] / w.sum()
-    return out
-
-
-def sliding(q, k, v, w, lo=0, causal=True, scale=True):
-    i, j = np.arange(q.shape[0])[:, None], np.arange(q.shape[0])[None, :]
-    keep = ((j <= i) if causal else True) & (j > i - w - lo)
-    s = np.where(keep, q @ k.T / (math.sqrt(q.shape[1]) if scale else 1.0), -np.inf)
-    e = np.exp(s - s.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True) @ v
-
-
-def test_sliding_window_attention():
-    check = ga.check_sliding_window_attention
-    check(sliding_solution, quiet=True)
-    check(sliding_rows, trials=8, quiet=True)
-    with pytest.raises(NotAttempted):
-        check(stub)
-    fails_with(check, lambda q, k, v, w: sliding(q, k, v, w, lo=1), "window + 1")
-    fails_with(check, lambda q, k, v, w: sliding(q, k, v, w, lo=-1), "window - 1")
-    fails_with(check, lambda q, k, v, w: sliding(q, k, v, w, scale=False), "missing 1/sqrt(d)")
-    fails_with(check, lambda q, k, v, w: sliding(q, k, v, q.shape[0] + 1), "plain causal")
-    forbidden(check, lambda q, k, v, w: at.softmax_safe(sliding(q, k, v, w)), "course_utils.attention.softmax_safe")
-    assert_hard_coded_fails(check, sliding_solution)
-
-
-# ---------------------------------------------------------------- exercise 7: one tile of the dK/dV kernel
+# ---------------------------------------------------------------- exercise 6: one tile of the dK/dV kernel
 from course_utils.grading import attention_backward as gab  # noqa: E402
 
 

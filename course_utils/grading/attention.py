@@ -14,20 +14,17 @@ from typing import Callable
 import numpy as np
 
 from ..attention import attention_backward_naive, attention_naive, merge_states
-from ..attention_io import causal_blocks_visited
 from ..checks import Mistake, check_function
 from .attention_watch import peak_watched
-from .attention_inputs import (FORBIDDEN_ATTENTION, FORBIDDEN_BLOCKS, FP32_EXP_OVERFLOW, FP64_EXP_OVERFLOW,
+from .attention_inputs import (FORBIDDEN_ATTENTION, FP32_EXP_OVERFLOW, FP64_EXP_OVERFLOW,
                                HOT_FP32_TOL, _cycle, _hot_row, _lse, _masked_attention,
                                _nonfinite_mistakes, _qkv, _rand)
 
 __all__ = [
     "check_merge_softmax_states",
     "check_causal_attention",
-    "check_causal_blocks_visited",
     "check_flash_forward_lse",
     "check_flash_backward_tiles",
-    "check_sliding_window_attention",
 ]
 
 # ---------------------------------------------------------------- exercise 1: merging two softmax states
@@ -153,54 +150,6 @@ def check_causal_attention(causal_attention: Callable, *, trials: int = 3, seed:
                                   overflow=(FP32_EXP_OVERFLOW, mistakes[0].hint))
     check_function(learner, ref, make_inputs, name="causal_attention", trials=trials, seed=seed,
                    rtol=HOT_FP32_TOL, atol=HOT_FP32_TOL, mistakes=mistakes, quiet=quiet)
-
-
-# ---------------------------------------------------------------- exercise 3: tiles a causal kernel computes
-def check_causal_blocks_visited(blocks_visited: Callable, *, trials: int = 6, seed: int | None = None,
-                                quiet: bool = False) -> None:
-    """Exercise 3: ``blocks_visited(seqlen, block_m, block_n) -> int``, tiles computed by a causal kernel.
-
-    Lengths cycle through: ragged, an exact multiple of both blocks, one past a query-block edge, one short
-    of it, and the tiny lengths 1 and 2; tiles cycle through tall (``block_m > block_n``), wide and square.
-    """
-    kind = _cycle(("long", "tall"), ("ragged", "tall"), ("exact", "wide"), ("one_past", "tall"), ("one_short", "square"),
-                  ("tiny", "wide"), ("ragged", "wide"))
-
-    def make_inputs(rng):
-        length, shape = kind()
-        small, large = (int(b) for b in sorted(rng.choice([16, 32, 64, 128], size=2, replace=False)))
-        block_m, block_n = {"tall": (large, small), "wide": (small, large), "square": (small, small)}[shape]
-        edge = int(rng.integers(1, 10)) * block_m  # a query block edge
-        seqlen = {"exact": int(rng.integers(1, 10)) * large, "one_past": edge + 1, "one_short": edge - 1 or 1,
-                  "tiny": int(rng.integers(1, 3)),
-                  "long": int(rng.integers(3000, 5000))}.get(length, int(rng.integers(2, 12)) * large + int(rng.integers(1, 16)))
-        return seqlen, block_m, block_n
-
-    def cd(a, b):
-        return -(-a // b)
-
-    mistakes = [
-        Mistake("no_skip", "you counted every tile: a causal kernel skips key blocks that start past the query block's "
-                "last row.", lambda L, bm, bn: cd(L, bm) * cd(L, bn)),
-        Mistake("no_diagonal", "off by one: the diagonal block is partly visible; a query block [i*Bm, (i+1)*Bm) needs "
-                "keys up to (i+1)*Bm - 1, so ceil((i+1)*Bm / Bn) key blocks (and ceil, not floor, for block counts).",
-                lambda L, bm, bn: sum(cd(i * bm, bn) for i in range(cd(L, bm)))),
-        Mistake("floor_last", "the ragged last query block needs ceil(min((i+1)*Bm, L) / Bn) key blocks: round up, "
-                "not down.", lambda L, bm, bn: sum(min((i + 1) * bm, L) // bn for i in range(cd(L, bm)))),
-        Mistake("no_clamp", "for the last (ragged) query block, clamp the key range at seqlen: min((i+1)*Bm, L).",
-                lambda L, bm, bn: sum(cd((i + 1) * bm, bn) for i in range(cd(L, bm)))),
-        Mistake("floor_query_blocks", "off by one: there are ceil(seqlen / block_m) query blocks (a partial last "
-                "block still gets a program), and block i needs ceil(min((i+1)*Bm, L) / Bn) key blocks.", lambda L, bm, bn: sum(cd(min((i + 1) * bm, L), bn) for i in range(L // bm))),
-        Mistake("half", "a causal kernel does not compute exactly half the tiles: count, per query block i, "
-                "ceil(min((i+1)*Bm, L) / Bn) key blocks.", lambda L, bm, bn: cd(L, bm) * cd(L, bn) // 2),
-        Mistake("swapped_blocks", "block_m tiles the queries and block_n the keys; you swapped them.",
-                lambda L, bm, bn: causal_blocks_visited(L, bn, bm)),
-    ]
-    learner = peak_watched(blocks_visited, lambda L, bm, bn: 2**20, "blocks_visited",
-                           "count the tiles with arithmetic, one query block at a time: do not build a mask "
-                           "(the check draws sequences of 3000 to 5000 tokens)")
-    check_function(learner, causal_blocks_visited, make_inputs, name="blocks_visited", trials=trials,
-                   seed=seed, mistakes=mistakes, forbidden=FORBIDDEN_BLOCKS, quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 4: tiled forward with lse
@@ -332,49 +281,3 @@ def check_flash_backward_tiles(flash_backward: Callable, *, trials: int = 4, see
                          "recompute P one (block, block) tile at a time: never hold the full (L, L) P, dP or dS")
     check_function(tiled, ref, make_inputs, name="flash_backward", trials=trials, seed=seed,
                    n=64, mistakes=mistakes, forbidden=FORBIDDEN_ATTENTION, quiet=quiet)  # float64 sums in another order
-
-
-# ---------------------------------------------------------------- exercise 6: sliding-window attention
-def _reference_sliding_window_attention(q, k, v, window: int):
-    """Causal attention where query i sees keys ``i - window < j <= i`` (the last ``window`` keys)."""
-    i, j = np.arange(q.shape[0])[:, None], np.arange(k.shape[0])[None, :]
-    return _masked_attention(q, k, v, (j <= i) & (j > i - window), 1 / math.sqrt(q.shape[1]))
-
-
-def check_sliding_window_attention(sliding: Callable, *, trials: int = 4, seed: int | None = None,
-                                   quiet: bool = False) -> None:
-    """Exercise 6: ``sliding(q, k, v, window)``: each query sees itself and the ``window - 1`` keys before it.
-
-    Windows cycle through a general one, 1 (each query sees only itself), ``L - 1`` and ``L`` or more (plain causal).
-    """
-    kind = _cycle("general", "one", "l_minus_one", "wide")
-
-    def make_inputs(rng):
-        n = int(rng.integers(5, 14))
-        q, k, v = _qkv(rng, n, int(rng.integers(2, 9)))
-        window = {"one": 1, "l_minus_one": n - 1, "wide": n + int(rng.integers(0, 3))}.get(kind(), int(rng.integers(2, n - 1)))
-        return q, k, v, window
-
-    def masked(cond, scale=True):
-        def fn(q, k, v, w):
-            i, j = np.arange(q.shape[0])[:, None], np.arange(q.shape[0])[None, :]
-            return _masked_attention(q, k, v, cond(i, j, w), 1 / math.sqrt(q.shape[1]) if scale else 1.0)
-        return fn
-
-    mistakes = [
-        Mistake("window_plus_one", "off by one: your window holds window + 1 keys; keep j > i - window.",
-                masked(lambda i, j, w: (j <= i) & (j >= i - w))),
-        Mistake("window_minus_one", "off by one: your window holds window - 1 keys; keep i - window < j <= i.",
-                masked(lambda i, j, w: (j <= i) & (j > i - w + 1))),
-        Mistake("not_causal", "the window must also be causal: keys j > i stay masked.",
-                masked(lambda i, j, w: np.abs(i - j) < w)),
-        Mistake("plain_causal", "that is plain causal attention: also mask keys older than the window (j <= i - window).",
-                masked(lambda i, j, w: j <= i)),
-        Mistake("no_scale", "missing 1/sqrt(d): scale the scores by 1/sqrt(D).",
-                masked(lambda i, j, w: (j <= i) & (j > i - w), scale=False)),
-        Mistake("future_window", "your window looks ahead: query i sees keys i - window < j <= i, not i <= j < i + window.",
-                masked(lambda i, j, w: (j >= i) & (j < i + w))),
-    ]
-    learner = _nonfinite_mistakes(sliding, "sliding_window_attention", mistakes, FORBIDDEN_ATTENTION)
-    check_function(learner, _reference_sliding_window_attention, make_inputs, name="sliding_window_attention",
-                   trials=trials, seed=seed, mistakes=mistakes, quiet=quiet)
