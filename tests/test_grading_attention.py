@@ -152,45 +152,6 @@ def test_causal_attention_inputs_overflow_without_the_max():
         assert q.dtype == np.float32 and (q @ k.T / math.sqrt(q.shape[1])).max() > ga.FP32_EXP_OVERFLOW
 
 
-# ---------------------------------------------------------------- exercise 3
-def blocks_solution(seqlen, block_m, block_n):
-    total = 0
-    for i in range(-(-seqlen // block_m)):
-        total += (min((i + 1) * block_m, seqlen) - 1) // block_n + 1
-    return total
-
-
-def blocks_closed_form(seqlen, block_m, block_n):  # right, written differently: brute force over tiles
-    return sum(1 for i in range(0, seqlen, block_m) for j in range(0, seqlen, block_n) if j <= min(i + block_m, seqlen) - 1)
-
-
-def test_causal_blocks_visited():
-    check = ga.check_causal_blocks_visited
-    check(blocks_solution, quiet=True)
-    check(blocks_closed_form, trials=12, quiet=True)
-    with pytest.raises(NotAttempted):
-        check(stub)
-    cd = lambda a, b: -(-a // b)  # noqa: E731
-    fails_with(check, lambda L, bm, bn: cd(L, bm) * cd(L, bn), "counted every tile")
-    fails_with(check, lambda L, bm, bn: sum(cd(i * bm, bn) for i in range(cd(L, bm))), "off by one")
-    fails_with(check, lambda L, bm, bn: sum(min((i + 1) * bm, L) // bn for i in range(cd(L, bm))), "ceil(")
-    fails_with(check, lambda L, bm, bn: sum(cd((i + 1) * bm, bn) for i in range(cd(L, bm))), "clamp")
-    fails_with(check, lambda L, bm, bn: sum(cd(min((i + 1) * bm, L), bn) for i in range(L // bm)), "off by one")
-    fails_with(check, lambda L, bm, bn: blocks_solution(L, bn, bm), "swapped")
-    fails_with(check, lambda L, bm, bn: cd(L, bm) * cd(L, bn) // 2, "exactly half")
-    fails_with(check, lambda L, bm, bn: float(blocks_solution(L, bm, bn)) + 0.5, "")
-    forbidden(check, aio.causal_blocks_visited, "causal_blocks_visited")
-    assert_hard_coded_fails(check, blocks_solution)
-
-
-def test_blocks_visited_draws_edge_lengths():
-    seen = []
-    ga.check_causal_blocks_visited(lambda L, bm, bn: seen.append((L, bm, bn)) or blocks_solution(L, bm, bn), quiet=True)
-    assert any(L <= 2 for L, _, _ in seen)
-    assert any(L % bm == 1 or L % bn == 1 for L, bm, bn in seen if L > 2)  # one past a block edge
-    assert any(L % bm == 0 and L % bn == 0 for L, bm, bn in seen)
-
-
 # ---------------------------------------------------------------- exercise 4
 def forward_solution(q, k, v, block_n):
     tau = 1 / math.sqrt(q.shape[1])
@@ -313,48 +274,7 @@ def test_flash_backward_tiles():
     assert_hard_coded_fails(check, backward_solution)
 
 
-# ---------------------------------------------------------------- exercise 6
-def sliding_solution(q, k, v, window):
-    n, d = q.shape
-    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
-    s = np.where((j <= i) & (j > i - window), q @ k.T / math.sqrt(d), -np.inf)
-    e = np.exp(s - s.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True) @ v
-
-
-def sliding_rows(q, k, v, window):  # right, written differently: a loop over rows and their windows
-    out = np.zeros_like(v)
-    for i in range(q.shape[0]):
-        lo = max(0, i - window + 1)
-        s = k[lo:i + 1] @ q[i] / math.sqrt(q.shape[1])
-        w = np.exp(s - s.max())
-        out[i] = w @ v[lo:i + 1] / w.sum()
-    return out
-
-
-def sliding(q, k, v, w, lo=0, causal=True, scale=True):
-    i, j = np.arange(q.shape[0])[:, None], np.arange(q.shape[0])[None, :]
-    keep = ((j <= i) if causal else True) & (j > i - w - lo)
-    s = np.where(keep, q @ k.T / (math.sqrt(q.shape[1]) if scale else 1.0), -np.inf)
-    e = np.exp(s - s.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True) @ v
-
-
-def test_sliding_window_attention():
-    check = ga.check_sliding_window_attention
-    check(sliding_solution, quiet=True)
-    check(sliding_rows, trials=8, quiet=True)
-    with pytest.raises(NotAttempted):
-        check(stub)
-    fails_with(check, lambda q, k, v, w: sliding(q, k, v, w, lo=1), "window + 1")
-    fails_with(check, lambda q, k, v, w: sliding(q, k, v, w, lo=-1), "window - 1")
-    fails_with(check, lambda q, k, v, w: sliding(q, k, v, w, scale=False), "missing 1/sqrt(d)")
-    fails_with(check, lambda q, k, v, w: sliding(q, k, v, q.shape[0] + 1), "plain causal")
-    forbidden(check, lambda q, k, v, w: at.softmax_safe(sliding(q, k, v, w)), "course_utils.attention.softmax_safe")
-    assert_hard_coded_fails(check, sliding_solution)
-
-
-# ---------------------------------------------------------------- exercise 7: one tile of the dK/dV kernel
+# ---------------------------------------------------------------- exercise 6: one tile of the dK/dV kernel
 from course_utils.grading import attention_backward as gab  # noqa: E402
 
 
@@ -412,3 +332,209 @@ def test_dkdv_tile_inputs_need_the_prepass():
         assert (p.sum(-1) < 1 - 1e-6).all()
         assert not np.allclose((p * (do @ v.T)).sum(-1), (do * o).sum(-1))
     assert {a[2].shape[0] == a[0].shape[0] for a in seen} == {True, False}
+
+
+# ---------------------------------------------------------------- structure: ex4 and ex5 never hold an (L, L) array
+def flash_forward_untiled(q, k, v, block_n):      # right values, but the whole score matrix at once
+    s = q @ k.T / math.sqrt(q.shape[1])
+    m = s.max(-1)
+    e = np.exp(s - m[:, None])
+    return e @ v / e.sum(-1)[:, None], m + np.log(e.sum(-1))
+
+
+def flash_backward_untiled(q, k, v, o, lse, do, block):
+    tau = 1 / math.sqrt(q.shape[1])
+    p = np.exp(tau * q @ k.T - lse[:, None])
+    ds = p * (do @ v.T - (do * o).sum(-1)[:, None])
+    return tau * ds @ k, tau * ds.T @ q, p.T @ do
+
+
+def test_the_full_score_matrix_is_refused():
+    from _grading_helpers import fails
+    assert "never hold the full (L, L) score matrix" in fails(ga.check_flash_forward_lse, flash_forward_untiled, "MiB")
+    assert "one (block, block) tile at a time" in fails(ga.check_flash_backward_tiles, flash_backward_untiled, "MiB")
+
+
+# ---------------------------------------------------------------- exercise 3: the sliding-window tile count
+import course_utils.grading.attention_kernels as gk  # noqa: E402
+from _grading_helpers import SEED, each_mistake_is_named, fails, passes, rejects_recorded_answers  # noqa: E402
+from _grading_helpers import forbidden as forbidden_named  # noqa: E402
+from _grading_helpers import not_attempted  # noqa: E402
+
+
+def window_count(seqlen, block_m, block_n, window):
+    total = 0
+    for i in range(-(-seqlen // block_m)):
+        first, last = i * block_m, min((i + 1) * block_m, seqlen) - 1
+        total += last // block_n - max(0, first - window + 1) // block_n + 1
+    return total
+
+
+def window_count_by_key_blocks(seqlen, block_m, block_n, window):   # right, written differently: per key block
+    n_q = -(-seqlen // block_m)
+    total = 0
+    for j in range(-(-seqlen // block_n)):
+        first_key, last_key = j * block_n, min((j + 1) * block_n, seqlen) - 1
+        # query blocks whose rows [i*bm, min((i+1)*bm, L) - 1] see some key of this block
+        lo = first_key // block_m                                       # rows >= first_key
+        hi = min(n_q - 1, (last_key + window - 1) // block_m)           # rows < last_key + window
+        total += max(0, hi - lo + 1)
+    return total
+
+
+def window_count_by_mask(seqlen, block_m, block_n, window):
+    i, j = np.arange(seqlen)[:, None], np.arange(seqlen)[None, :]
+    keep = (j <= i) & (j > i - window)
+    return int(np.add.reduceat(np.add.reduceat(keep, np.arange(0, seqlen, block_m), 0), np.arange(0, seqlen, block_n), 1).astype(bool).sum())
+
+
+def test_blocks_visited_window():
+    passes(gk.check_blocks_visited_window, window_count)
+    passes(gk.check_blocks_visited_window, window_count_by_key_blocks)
+    not_attempted(gk.check_blocks_visited_window, stub)
+    rejects_recorded_answers(gk.check_blocks_visited_window, window_count)
+    forbidden_named(gk.check_blocks_visited_window, lambda *a: gk._reference_blocks_visited_window(*a), "_reference_blocks_visited_window")
+    forbidden_named(gk.check_blocks_visited_window, lambda L, bm, bn, w: aio.causal_blocks_visited(L, bm, bn), "causal_blocks_visited")
+    assert window_count_by_mask(300, 32, 16, 40) == window_count(300, 32, 16, 40)
+    fails(gk.check_blocks_visited_window, window_count_by_mask, "do not build a mask")
+
+
+def test_blocks_visited_window_mistakes(monkeypatch):
+    each_mistake_is_named(gk, gk.check_blocks_visited_window, window_count, monkeypatch, trials=6)
+
+
+# ---------------------------------------------------------------- exercises 7 and 8: the solution's Triton kernels
+from course_utils.env import import_triton  # noqa: E402
+
+triton, _tl = import_triton()   # the interpreter on a CPU, as setup() chooses
+if triton is None:  # pragma: no cover - macOS, Windows, Arm Linux
+    pytest.skip("Triton is not installed", allow_module_level=True)
+
+
+def solution_module(tmp_path_factory, replace=()):
+    """The Triton cells of solutions/06, written to a module file (``@triton.jit`` wants its source in a file)."""
+    import importlib.util
+    import json
+
+    from conftest import ROOT
+    cells = json.loads((ROOT / "solutions" / "06_flash_attention.ipynb").read_text())["cells"]
+    ids = ("ex7_swa_alibi", "ex8_flash_backward_atomic")
+    source = "import math\nimport torch\nimport triton\nimport triton.language as tl\n\n\n" + "\n\n\n".join(
+        "".join(c["source"]) for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") in ids)
+    for old, new in replace:
+        assert old in source
+        source = source.replace(old, new)
+    folder = tmp_path_factory.mktemp("kernels")
+    name = f"solution06_{abs(hash(replace))}"
+    (folder / f"{name}.py").write_text(source)
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def sol(tmp_path_factory):
+    return solution_module(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def other(tmp_path_factory):   # right, written differently: no start-late skip (masks do it), exp2 in the backward
+    return solution_module(tmp_path_factory, replace=(
+        ("lo = tl.maximum(start_m * BLOCK_M - window + 1, 0) // BLOCK_N * BLOCK_N", "lo = 0"),
+        ("tl.exp(s - lse[:, None])", "tl.exp2((s - lse[:, None]) * 1.4426950408889634)")))
+
+
+def test_swa_alibi_right_answers(sol, other):
+    gk.check_swa_alibi_attention(sol.swa_alibi_attention, seed=SEED, trials=3)
+    gk.check_swa_alibi_attention(other.swa_alibi_attention, seed=SEED + 1, trials=2)
+    not_attempted(gk.check_swa_alibi_attention, stub)
+
+
+def test_flash_backward_atomic_right_answers(sol, other):
+    gk.check_flash_backward_atomic(sol.flash_backward_atomic, seed=SEED, trials=3)
+    gk.check_flash_backward_atomic(other.flash_backward_atomic, seed=SEED + 1, trials=2)
+    not_attempted(gk.check_flash_backward_atomic, stub)
+
+
+def test_flash_backward_atomic_order_changes_the_bits_of_dq_only(sol):
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, do = (torch.randn(1, 64, 16, generator=gen) for _ in range(4))
+    s = q.double() @ k.double().transpose(-1, -2) / 4
+    o, lse = (torch.softmax(s, -1) @ v.double()).float(), torch.logsumexp(s, -1).float()
+    a, b = sol.flash_backward_atomic(q, k, v, o, lse, do, 16, 16), sol.flash_backward_atomic(q, k, v, o, lse, do, 16, 16, reverse=True)
+    assert not torch.equal(a[0], b[0]) and torch.allclose(a[0], b[0], rtol=1e-5, atol=1e-6)
+    assert torch.equal(a[1], b[1]) and torch.equal(a[2], b[2])
+
+
+@pytest.mark.parametrize("check,solution", [(gk.check_swa_alibi_attention, gk._reference_swa_alibi_attention),
+                                            (gk.check_flash_backward_atomic, gk._reference_flash_backward_atomic)])
+def test_triton_exercise_mistakes_are_named(check, solution, monkeypatch):
+    each_mistake_is_named(gk, check, solution, monkeypatch, trials=3)
+
+
+def swa_by_softmax(q, k, v, slopes, window, block_m, block_n):
+    return gk._swa_alibi(q, k, v, slopes, window)
+
+
+def swa_by_sdpa(q, k, v, slopes, window, block_m, block_n):
+    n = q.shape[1]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    bias = (-slopes[:, None, None] * (i - j)).masked_fill(~((j <= i) & (j > i - window)), float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+
+def backward_by_autograd(q, k, v, o, lse, do, block_m, block_n, reverse=False):
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    p = torch.exp(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) - lse[..., None])
+    return torch.autograd.grad(p @ v, (q, k, v), do)
+
+
+def backward_by_course(q, k, v, o, lse, do, block_m, block_n, reverse=False):
+    from course_utils.attention_triton_backward import flash_attention_backward_triton
+    return tuple(t[0] for t in flash_attention_backward_triton(q[None], k[None], v[None], o[None], lse[None], do[None]))
+
+
+@pytest.mark.parametrize("check,fn,name", [
+    (gk.check_swa_alibi_attention, swa_by_softmax, "_swa_alibi"),
+    (gk.check_swa_alibi_attention, swa_by_sdpa, "scaled_dot_product_attention"),
+    (gk.check_swa_alibi_attention, lambda q, k, v, s, w, bm, bn: at.softmax_safe(q.numpy()), "course_utils.attention.softmax_safe"),
+    (gk.check_flash_backward_atomic, backward_by_autograd, "torch."),
+    (gk.check_flash_backward_atomic, backward_by_course, "flash_attention_backward_triton"),
+    (gk.check_flash_backward_atomic, gk._reference_flash_backward_atomic, "_reference_flash_backward_atomic"),
+])
+def test_triton_exercise_shortcuts_are_refused(check, fn, name):
+    forbidden_named(check, fn, name)
+
+
+def swa_broadcast(q, k, v, slopes, window, block_m, block_n):   # right, in plain torch without a matmul
+    n = q.shape[1]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    s = (q[:, :, None, :].double() * k[:, None, :, :].double()).sum(-1) / math.sqrt(q.shape[-1]) - slopes.double()[:, None, None] * (i - j)
+    s = s.masked_fill(~((j <= i) & (j > i - window)), float("-inf"))
+    p = torch.exp(s - s.amax(-1, keepdim=True))
+    return ((p / p.sum(-1, keepdim=True))[..., None] * v.double()[:, None, :, :]).sum(-2).float()
+
+
+def test_triton_exercise_hard_coded_answers_fail(sol):
+    rejects_recorded_answers(gk.check_swa_alibi_attention, swa_broadcast)
+    rejects_recorded_answers(gk.check_flash_backward_atomic, sol.flash_backward_atomic)
+
+
+@pytest.mark.slow
+def test_solution_kernels_compile_for_sm90_without_spills(sol):
+    gc = pytest.importorskip("course_utils.gpu_compile")
+    try:
+        gc._bin("ptxas")
+    except gc.CompileError as exc:  # pragma: no cover - a triton wheel without the CUDA tools
+        pytest.skip(str(exc))
+    common = {"HEAD_DIM": 32, "BLOCK_M": 32, "BLOCK_N": 32}
+    swa = gc.compile_for(sol.swa_alibi_kernel, arch=90, constexprs=common, signature={
+        **{p: "*fp32" for p in ("q_ptr", "k_ptr", "v_ptr", "o_ptr", "slopes_ptr")}, "seqlen": "i32", "window": "i32",
+        "scale": "fp32", "stride_h": "i32", "stride_l": "i32", **{c: "constexpr" for c in common}})
+    bwd = gc.compile_for(sol.flash_backward_atomic_kernel, arch=90, constexprs={**common, "REVERSE": False}, signature={
+        **{p: "*fp32" for p in ("q_ptr", "k_ptr", "v_ptr", "do_ptr", "lse_ptr", "delta_ptr", "dq_ptr", "dk_ptr", "dv_ptr")},
+        "seqlen": "i32", "scale": "fp32", "stride_h": "i32", "stride_l": "i32", **{c: "constexpr" for c in (*common, "REVERSE")}})
+    for compiled in (swa, bwd):
+        assert not compiled.spills, compiled.summary()
+    assert "atom" in bwd.ptx or "red." in bwd.ptx     # the dQ adds are atomics (red.global.add.f32)

@@ -370,3 +370,107 @@ def test_named_mistakes_survive_the_grader(tmp_path):
     assert results["ex2_linear_kernel"].status == "failed" and "(k0 + offs_k) < K" in results["ex2_linear_kernel"].hint
     assert results["ex5_bias_leaky"].status == "failed" and "wrong axis" in results["ex5_bias_leaky"].hint
     assert results["ex6_roofline"].status == "failed" and "roofline_bound" in results["ex6_roofline"].hint
+
+
+# ================================================================ ex. 7: split-K, from the solution notebook's cells
+from course_utils.grading import gemm_split_k as GS  # noqa: E402
+
+
+def solution05(tmp_path_factory, replace=()):
+    """The Triton cells of solutions/05 (ex. 2, 5, 7), written to a module file (``@triton.jit`` wants a file)."""
+    import importlib.util
+    import json
+
+    from conftest import ROOT
+    cells = json.loads((ROOT / "solutions" / "05_gemm_triton.ipynb").read_text())["cells"]
+    ids = ("ex2_linear_kernel", "ex5_bias_leaky", "ex7_split_k")
+    source = "import torch\nimport triton\nimport triton.language as tl\n\n\n" + "\n\n\n".join(
+        "".join(c["source"]) for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") in ids)
+    for old, new in replace:
+        assert old in source, old
+        source = source.replace(old, new)
+    folder = tmp_path_factory.mktemp("kernels05")
+    name = f"solution05_{abs(hash(replace))}"
+    (folder / f"{name}.py").write_text(source)
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def sol05(tmp_path_factory):
+    return solution05(tmp_path_factory)
+
+
+CHUNK = "chunk = triton.cdiv(triton.cdiv(k, split_k), block_k) * block_k"
+SPLIT_K_VARIANTS = {  # name: (replacements, expected fragment); None: a right answer written differently
+    "accumulate with +=": ((("acc = tl.dot(x, w, acc, input_precision=\"ieee\")", "acc += tl.dot(x, w, input_precision=\"ieee\")"),
+                            ("out.copy_(workspace.sum(dim=0))", "out.zero_()\n    for part in workspace:\n        out.add_(part)")), None),
+    "even ranges": (((CHUNK, "chunk = triton.cdiv(k, split_k)"),), "whole BLOCK_K steps"),
+    "whole K per split": ((("k_lo = split * chunk", "k_lo = 0 * chunk"), ("k_hi = tl.minimum(k_lo + chunk, K)", "k_hi = K")),
+                          "holds the whole product"),
+    "one partial": ((("out.copy_(workspace.sum(dim=0))", "out.copy_(workspace[-1])"),), "one split's partial"),
+    "added to out": ((("out.copy_(workspace.sum(dim=0))", "out.add_(workspace.sum(dim=0))"),), "added to, not overwritten"),
+    "no workspace": ((("    tl.store(work_ptr", "    if split < 0:\n        tl.store(work_ptr"),), "never written"),
+}
+
+
+@pytest.mark.parametrize("variant", SPLIT_K_VARIANTS)
+def test_check_split_k_variants(tmp_path_factory, variant):
+    replace, fragment = SPLIT_K_VARIANTS[variant]
+    module = solution05(tmp_path_factory, replace)
+    if fragment is None:
+        GS.check_linear_split_k(module.linear_split_k, seed=SEEDS[0], trials=3)
+    else:
+        fails_with(lambda f: GS.check_linear_split_k(f, seed=SEEDS[0], trials=2), module.linear_split_k, fragment)
+
+
+def test_check_split_k_solution_and_stub(sol05):
+    GS.check_linear_split_k(sol05.linear_split_k, seed=SEEDS[1], trials=3)
+    with pytest.raises(NotAttempted):
+        GS.check_linear_split_k(stub)
+
+
+def test_check_split_k_forbids_shortcuts():
+    def by_matmul(x, w, out, workspace, block_m=32, block_n=32, block_k=16):
+        for s, (a, b) in enumerate(GS.split_ranges(x.shape[1], workspace.shape[0], block_k)):
+            workspace[s] = x[:, a:b] @ w[:, a:b].T
+        out.copy_(workspace.sum(0))
+
+    def by_course(x, w, out, workspace, block_m=32, block_n=32, block_k=16):
+        out.copy_(G.matmul_tiled(x.contiguous(), w.T.contiguous()))
+    forbidden(GS.check_linear_split_k, by_matmul, "matmul")
+    forbidden(GS.check_linear_split_k, by_course, "course_utils.gemm.matmul_tiled")
+
+
+def test_check_split_k_rejects_a_replayed_answer(sol05):
+    seen = []
+
+    def record(x, w, out, workspace, **blocks):
+        sol05.linear_split_k(x, w, out, workspace, **blocks)
+        seen.append((out.clone(), workspace.clone()))
+    GS.check_linear_split_k(record, seed=SEEDS[0], trials=1)
+
+    def replay(x, w, out, workspace, **blocks):
+        o, wk = seen[0]
+        out.copy_(o[: out.shape[0], : out.shape[1]] if o.shape == out.shape else torch.zeros_like(out))
+        workspace.copy_(wk if wk.shape == workspace.shape else torch.zeros_like(workspace))
+    with pytest.raises(AssertionError):
+        GS.check_linear_split_k(replay, seed=SEEDS[1], trials=2)
+
+
+@pytest.mark.slow
+def test_solution_kernels_compile_for_sm90_without_spills(sol05):
+    gc = pytest.importorskip("course_utils.gpu_compile")
+    try:
+        gc._bin("ptxas")
+    except gc.CompileError as exc:  # pragma: no cover - a triton wheel without the CUDA tools
+        pytest.skip(str(exc))
+    blocks = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}
+    ints = ("M", "N", "K", "stride_xm", "stride_xk", "stride_wn", "stride_wk", "stride_cm", "stride_cn", "chunk")
+    for kernel in (sol05.linear_kernel, sol05.linear_bias_leaky_kernel, sol05.linear_split_k_kernel):
+        params = kernel.fn.__code__.co_varnames[:kernel.fn.__code__.co_argcount]
+        signature = {p: "constexpr" if p in blocks else "i32" if p in ints else "*fp32" for p in params}
+        compiled = gc.compile_for(kernel, arch=90, signature=signature, constexprs=blocks)
+        assert not compiled.spills, (kernel.fn.__name__, compiled.summary())

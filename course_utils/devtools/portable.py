@@ -56,7 +56,7 @@ def no_triton_environment() -> dict[str, str]:
 
 # Without Triton the Triton rungs print a notice instead of their check lines, so outputs cannot match
 # the committed ones: that run executes every cell and fails on any error (nbval's lax mode).
-NEEDS_TRITON = ["solutions/05_gemm_triton.ipynb"]
+NEEDS_TRITON = ["solutions/05_gemm_triton.ipynb", "solutions/06_flash_attention.ipynb"]
 NO_TRITON_ARGS = ["-o", "addopts=", "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=300"]
 
 
@@ -74,7 +74,7 @@ def run(paths: list[str], *, no_triton: bool, only_no_triton: bool = False, extr
         started = time.monotonic()
         no_triton = changes.get("PYTHONPATH", "").startswith(str(NO_TRITON_DIR))
         lax = NO_TRITON_ARGS if no_triton else []
-        # Problem set 05's kernel exercises cannot be done without Triton (its introduction says so); their
+        # Problem sets 05 and 06 have kernel exercises that cannot be done without Triton (their introductions say so); their
         # checks fail with a message saying so, which tests/test_portable.py checks through the grader.
         ignore = [f"--deselect={p}" for p in NEEDS_TRITON] if no_triton else []
         code = subprocess.call([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *lax, *paths, *ignore,

@@ -14,19 +14,17 @@ from typing import Callable
 import numpy as np
 
 from ..attention import attention_backward_naive, attention_naive, merge_states
-from ..attention_io import causal_blocks_visited
 from ..classroom.checking import Mistake, check_function
-from .attention_inputs import (FORBIDDEN_ATTENTION, FORBIDDEN_BLOCKS, FP32_EXP_OVERFLOW, FP64_EXP_OVERFLOW,
+from .attention_watch import peak_watched
+from .attention_inputs import (FORBIDDEN_ATTENTION, FP32_EXP_OVERFLOW, FP64_EXP_OVERFLOW,
                                HOT_FP32_TOL, _cycle, _hot_row, _lse, _masked_attention,
                                _nonfinite_mistakes, _qkv, _rand)
 
 __all__ = [
     "check_merge_softmax_states",
     "check_causal_attention",
-    "check_causal_blocks_visited",
     "check_flash_forward_lse",
     "check_flash_backward_tiles",
-    "check_sliding_window_attention",
 ]
 
 # ---------------------------------------------------------------- exercise 1: merging two softmax states
@@ -154,50 +152,6 @@ def check_causal_attention(causal_attention: Callable, *, trials: int = 3, seed:
                    rtol=HOT_FP32_TOL, atol=HOT_FP32_TOL, mistakes=mistakes, quiet=quiet)
 
 
-# ---------------------------------------------------------------- exercise 3: tiles a causal kernel computes
-def check_causal_blocks_visited(blocks_visited: Callable, *, trials: int = 6, seed: int | None = None,
-                                quiet: bool = False) -> None:
-    """Exercise 3: ``blocks_visited(seqlen, block_m, block_n) -> int``, tiles computed by a causal kernel.
-
-    Lengths cycle through: ragged, an exact multiple of both blocks, one past a query-block edge, one short
-    of it, and the tiny lengths 1 and 2; tiles cycle through tall (``block_m > block_n``), wide and square.
-    """
-    kind = _cycle(("ragged", "tall"), ("exact", "wide"), ("one_past", "tall"), ("one_short", "square"),
-                  ("tiny", "wide"), ("ragged", "wide"))
-
-    def make_inputs(rng):
-        length, shape = kind()
-        small, large = (int(b) for b in sorted(rng.choice([16, 32, 64, 128], size=2, replace=False)))
-        block_m, block_n = {"tall": (large, small), "wide": (small, large), "square": (small, small)}[shape]
-        edge = int(rng.integers(1, 10)) * block_m  # a query block edge
-        seqlen = {"exact": int(rng.integers(1, 10)) * large, "one_past": edge + 1, "one_short": edge - 1 or 1,
-                  "tiny": int(rng.integers(1, 3))}.get(length, int(rng.integers(2, 12)) * large + int(rng.integers(1, 16)))
-        return seqlen, block_m, block_n
-
-    def cd(a, b):
-        return -(-a // b)
-
-    mistakes = [
-        Mistake("no_skip", "you counted every tile: a causal kernel skips key blocks that start past the query block's "
-                "last row.", lambda L, bm, bn: cd(L, bm) * cd(L, bn)),
-        Mistake("no_diagonal", "off by one: the diagonal block is partly visible; a query block [i*Bm, (i+1)*Bm) needs "
-                "keys up to (i+1)*Bm - 1, so ceil((i+1)*Bm / Bn) key blocks (and ceil, not floor, for block counts).",
-                lambda L, bm, bn: sum(cd(i * bm, bn) for i in range(cd(L, bm)))),
-        Mistake("floor_last", "the ragged last query block needs ceil(min((i+1)*Bm, L) / Bn) key blocks: round up, "
-                "not down.", lambda L, bm, bn: sum(min((i + 1) * bm, L) // bn for i in range(cd(L, bm)))),
-        Mistake("no_clamp", "for the last (ragged) query block, clamp the key range at seqlen: min((i+1)*Bm, L).",
-                lambda L, bm, bn: sum(cd((i + 1) * bm, bn) for i in range(cd(L, bm)))),
-        Mistake("floor_query_blocks", "off by one: there are ceil(seqlen / block_m) query blocks (a partial last "
-                "block still gets a program), and block i needs ceil(min((i+1)*Bm, L) / Bn) key blocks.", lambda L, bm, bn: sum(cd(min((i + 1) * bm, L), bn) for i in range(L // bm))),
-        Mistake("half", "a causal kernel does not compute exactly half the tiles: count, per query block i, "
-                "ceil(min((i+1)*Bm, L) / Bn) key blocks.", lambda L, bm, bn: cd(L, bm) * cd(L, bn) // 2),
-        Mistake("swapped_blocks", "block_m tiles the queries and block_n the keys; you swapped them.",
-                lambda L, bm, bn: causal_blocks_visited(L, bn, bm)),
-    ]
-    check_function(blocks_visited, causal_blocks_visited, make_inputs, name="blocks_visited", trials=trials,
-                   seed=seed, mistakes=mistakes, forbidden=FORBIDDEN_BLOCKS, quiet=quiet)
-
-
 # ---------------------------------------------------------------- exercise 4: tiled forward with lse
 def _online(q, k, v, block_n, *, rescale=True, track_max="running", lse="running", scale=True):
     """The one-query-block tiled forward, with one thing changed (a learner's plausible variants)."""
@@ -229,12 +183,14 @@ def check_flash_forward_lse(flash_forward: Callable, *, trials: int = 5, seed: i
     One query row per trial has a score above float64's ``exp`` overflow (709.8), so a softmax without a
     running max fails; lengths cycle through ragged, an exact multiple of the block, one past it, 1 and 2.
     """
-    kind = _cycle("ragged", "exact", "one_past", "one", "two")
+    kind = _cycle("long", "ragged", "exact", "one_past", "one", "two")
 
     def make_inputs(rng):
         block_n = int(rng.choice([4, 8]))
         which = kind()
-        n = {"exact": int(rng.integers(2, 5)) * block_n, "one_past": int(rng.integers(1, 4)) * block_n + 1, "one": 1,
+        if which == "long":  # the full score matrix alone (8 L^2 bytes) is twice the limit; the tiles are far below it
+            block_n, n = int(rng.choice([16, 32])), int(rng.integers(448, 513))
+        n = n if which == "long" else {"exact": int(rng.integers(2, 5)) * block_n, "one_past": int(rng.integers(1, 4)) * block_n + 1, "one": 1,
              "two": 2}.get(which, int(rng.integers(2, 5)) * block_n + int(rng.integers(2, block_n)))
         q, k, v = _qkv(rng, n, int(rng.integers(2, 9)))
         k[:block_n] += 1.0  # the first block tends to hold the max, so stale maxima show
@@ -265,7 +221,9 @@ def check_flash_forward_lse(flash_forward: Callable, *, trials: int = 5, seed: i
                 "the running m + log(l), not the last block's.",
                 lambda q, k, v, b: _online(q, k, v, b, rescale=False, lse="last")),
     ]
-    learner = _nonfinite_mistakes(flash_forward, "flash_forward", mistakes, FORBIDDEN_ATTENTION,
+    tiled = peak_watched(flash_forward, lambda q, k, v, b: max(4 * q.shape[0] * k.shape[0], 2**18), "flash_forward",
+                         "tile the keys: never hold the full (L, L) score matrix, only one (L, block_n) block at a time")
+    learner = _nonfinite_mistakes(tiled, "flash_forward", mistakes, FORBIDDEN_ATTENTION,
                                   overflow=(FP64_EXP_OVERFLOW, mistakes[0].hint))
     check_function(learner, ref, make_inputs, name="flash_forward", trials=trials, seed=seed,
                    mistakes=mistakes, quiet=quiet)
@@ -278,12 +236,15 @@ def check_flash_backward_tiles(flash_backward: Callable, *, trials: int = 4, see
 
     Lengths cycle through ragged, one past a block edge, an exact multiple, and 1.
     """
-    kind = _cycle("ragged", "one_past", "exact", "one")
+    kind = _cycle("long", "ragged", "one_past", "exact", "one")
 
     def make_inputs(rng):
         block = int(rng.choice([4, 8]))
-        n = {"one_past": int(rng.integers(1, 4)) * block + 1, "exact": int(rng.integers(1, 4)) * block,
-             "one": 1}.get(kind(), int(rng.integers(2, 4)) * block + int(rng.integers(2, block)))
+        which = kind()
+        if which == "long":  # the full P alone (8 L^2 bytes) is twice the limit; the tiles are far below it
+            block, n = int(rng.choice([16, 32])), int(rng.integers(320, 385))
+        n = n if which == "long" else {"one_past": int(rng.integers(1, 4)) * block + 1, "exact": int(rng.integers(1, 4)) * block,
+             "one": 1}.get(which, int(rng.integers(2, 4)) * block + int(rng.integers(2, block)))
         q, k, v = _qkv(rng, n, int(rng.integers(2, 7)))
         o = attention_naive(q, k, v)
         return q, k, v, o, _lse(q, k, 1 / math.sqrt(q.shape[1])), _rand(rng, o.shape), block
@@ -316,51 +277,7 @@ def check_flash_backward_tiles(flash_backward: Callable, *, trials: int = 4, see
         mistake("no_delta_no_scale", "two slips: dS = P * (dP - delta) with delta = rowsum(dO * O), and dQ, dK carry "
                 "the 1/sqrt(d) factor.", delta=False, tau_in_grad=False),
     ]
-    check_function(flash_backward, ref, make_inputs, name="flash_backward", trials=trials, seed=seed,
+    tiled = peak_watched(flash_backward, lambda q, k, v, o, lse, do, b: max(4 * q.shape[0] * k.shape[0], 2**18), "flash_backward",
+                         "recompute P one (block, block) tile at a time: never hold the full (L, L) P, dP or dS")
+    check_function(tiled, ref, make_inputs, name="flash_backward", trials=trials, seed=seed,
                    n=64, mistakes=mistakes, forbidden=FORBIDDEN_ATTENTION, quiet=quiet)  # float64 sums in another order
-
-
-# ---------------------------------------------------------------- exercise 6: sliding-window attention
-def _reference_sliding_window_attention(q, k, v, window: int):
-    """Causal attention where query i sees keys ``i - window < j <= i`` (the last ``window`` keys)."""
-    i, j = np.arange(q.shape[0])[:, None], np.arange(k.shape[0])[None, :]
-    return _masked_attention(q, k, v, (j <= i) & (j > i - window), 1 / math.sqrt(q.shape[1]))
-
-
-def check_sliding_window_attention(sliding: Callable, *, trials: int = 4, seed: int | None = None,
-                                   quiet: bool = False) -> None:
-    """Exercise 6: ``sliding(q, k, v, window)``: each query sees itself and the ``window - 1`` keys before it.
-
-    Windows cycle through a general one, 1 (each query sees only itself), ``L - 1`` and ``L`` or more (plain causal).
-    """
-    kind = _cycle("general", "one", "l_minus_one", "wide")
-
-    def make_inputs(rng):
-        n = int(rng.integers(5, 14))
-        q, k, v = _qkv(rng, n, int(rng.integers(2, 9)))
-        window = {"one": 1, "l_minus_one": n - 1, "wide": n + int(rng.integers(0, 3))}.get(kind(), int(rng.integers(2, n - 1)))
-        return q, k, v, window
-
-    def masked(cond, scale=True):
-        def fn(q, k, v, w):
-            i, j = np.arange(q.shape[0])[:, None], np.arange(q.shape[0])[None, :]
-            return _masked_attention(q, k, v, cond(i, j, w), 1 / math.sqrt(q.shape[1]) if scale else 1.0)
-        return fn
-
-    mistakes = [
-        Mistake("window_plus_one", "off by one: your window holds window + 1 keys; keep j > i - window.",
-                masked(lambda i, j, w: (j <= i) & (j >= i - w))),
-        Mistake("window_minus_one", "off by one: your window holds window - 1 keys; keep i - window < j <= i.",
-                masked(lambda i, j, w: (j <= i) & (j > i - w + 1))),
-        Mistake("not_causal", "the window must also be causal: keys j > i stay masked.",
-                masked(lambda i, j, w: np.abs(i - j) < w)),
-        Mistake("plain_causal", "that is plain causal attention: also mask keys older than the window (j <= i - window).",
-                masked(lambda i, j, w: j <= i)),
-        Mistake("no_scale", "missing 1/sqrt(d): scale the scores by 1/sqrt(D).",
-                masked(lambda i, j, w: (j <= i) & (j > i - w), scale=False)),
-        Mistake("future_window", "your window looks ahead: query i sees keys i - window < j <= i, not i <= j < i + window.",
-                masked(lambda i, j, w: (j >= i) & (j < i + w))),
-    ]
-    learner = _nonfinite_mistakes(sliding, "sliding_window_attention", mistakes, FORBIDDEN_ATTENTION)
-    check_function(learner, _reference_sliding_window_attention, make_inputs, name="sliding_window_attention",
-                   trials=trials, seed=seed, mistakes=mistakes, quiet=quiet)

@@ -1,4 +1,4 @@
-"""Check of the topic 06 problem set's exercise 7 (``solutions/06_flash_attention.ipynb``): one tile of the
+"""Check of the topic 06 problem set's exercise 6 (``solutions/06_flash_attention.ipynb``): one tile of the
 Triton dK/dV kernel, from dP to dS with the delta pre-pass, with its named mistakes.
 
 The learner writes ``dkdv_tile(k_j, v_j, q_i, o_i, do_i, lse_i) -> (dk_j, dv_j)``: what one block of query
@@ -54,7 +54,7 @@ def _reference_dkdv_tile(k, v, q, o, do, lse):
 
 
 def check_dkdv_tile(dkdv_tile: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
-    """Exercise 7: ``dkdv_tile(k_j, v_j, q_i, o_i, do_i, lse_i) -> (dk_j, dv_j)`` for one (query, key) tile.
+    """Exercise 6: ``dkdv_tile(k_j, v_j, q_i, o_i, do_i, lse_i) -> (dk_j, dv_j)`` for one (query, key) tile.
 
     Shapes: ``k_j``, ``v_j`` ``(bn, D)``; ``q_i``, ``o_i``, ``do_i`` ``(bm, D)``; ``lse_i`` ``(bm,)``. Tiles cycle
     through square, square, taller than wide, and one query row.
