@@ -162,3 +162,14 @@ def test_feedback_line_seed_zero_d_value_and_float32_hint():
     with pytest.raises(CheckFailed, match="float32 rounding"):
         check_function(lambda v: v.astype(np.float32).astype(np.float64) * 3, lambda v: v * 3, lambda rng: rng.random(5),
                        name="f32", seed=3, rtol=1e-10, atol=0)
+
+
+def test_memory_limits_may_depend_on_the_inputs_and_see_numpy_buffers():
+    per_call = ByHand(max_traced_bytes=lambda args, kwargs: 40 * args[0].nbytes, large="the full score matrix")
+    x = np.random.default_rng(0).standard_normal(2000)
+    assert "full score matrix" in hit(lambda v: np.exp(v[:, None] - v[None, :]).sum(1), per_call, x)
+    assert hit(lambda v: np.concatenate([np.exp(v[i:i + 10, None] - v[None, :]).sum(1) for i in range(0, 2000, 10)]),
+               per_call, x) is None
+    sized = ByHand(max_numel=lambda args, kwargs: 2 * args[0].shape[0] * 8)
+    q = torch.randn(64, 8)
+    assert hit(lambda q: q @ q.T, sized, q) and hit(lambda q: q * 2, sized, q) is None

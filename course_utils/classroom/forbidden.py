@@ -105,6 +105,8 @@ class ByHand:
     :data:`WHOLE_RESULT_OPS` families; ``allow_ops`` takes operators back out. ``max_numel``: the largest
     tensor storage (in elements) the learner's code may allocate, ``large`` says in words what that would be
     (``"the L×L score matrix"``). ``max_loop_iterations``: Python loop iterations allowed in the learner's code.
+    ``max_numel`` and ``max_traced_bytes`` (the peak of memory ``tracemalloc`` sees, NumPy's buffers included) may
+    be numbers or functions of the call's ``(args, kwargs)``, so one check can size the limit to each trial.
     ``allow``: dotted course functions the exercise lets the learner call although their module is refused
     (a shape helper such as ``"course_utils.convolution.conv_output_size"``).
     """
@@ -113,8 +115,9 @@ class ByHand:
     modules: tuple[str, ...] = ()
     ops: tuple[str, ...] = ()
     allow_ops: tuple[str, ...] = ()
-    max_numel: int | None = None
+    max_numel: Any = None
     large: str = "a tensor this exercise asks you not to build"
+    max_traced_bytes: Any = None
     max_loop_iterations: int | None = None
     loops: str = "Python loop"
     allow: tuple[str, ...] = ()
@@ -137,7 +140,8 @@ class ByHand:
             names=self.names + other.names, modules=self.modules + other.modules, ops=self.ops + other.ops,
             allow_ops=self.allow_ops + other.allow_ops, allow=self.allow + other.allow,
             max_numel=other.max_numel if other.max_numel is not None else self.max_numel,
-            large=other.large if other.max_numel is not None else self.large,
+            max_traced_bytes=other.max_traced_bytes if other.max_traced_bytes is not None else self.max_traced_bytes,
+            large=other.large if (other.max_numel is not None or other.max_traced_bytes is not None) else self.large,
             max_loop_iterations=(other.max_loop_iterations if other.max_loop_iterations is not None
                                  else self.max_loop_iterations),
             loops=other.loops if other.max_loop_iterations is not None else self.loops,
@@ -261,6 +265,9 @@ class _Watch:
         self._threads_modes: list[Any] = []
         self._last_line: dict[int, int] = {}
         self._given: set[Any] = set()  # code objects of callables passed to the learner's function as inputs
+        self._max_numel = self.spec.max_numel if not callable(self.spec.max_numel) else None
+        self._max_traced = self.spec.max_traced_bytes if not callable(self.spec.max_traced_bytes) else None
+        self._traced_base: int | None = None
         for dotted in self.spec.allow:
             code = getattr(inspect.unwrap(_resolve(dotted)), "__code__", None)
             if code is not None:
@@ -338,7 +345,7 @@ class _Watch:
         if self.hit is None and name in self._ops:
             self._refuse(f"torch's {name} operator (aten::{name}; reached through any torch function that computes "
                          f"the whole result)")
-        if self.spec.max_numel is None:
+        if self._max_numel is None:
             return
         for t in (out if isinstance(out, (tuple, list)) else (out,)):
             if isinstance(t, torch.Tensor) and t.element_size() > 0:
@@ -348,9 +355,9 @@ class _Watch:
                     stored = t.numel()
                 if self.largest is None or stored > self.largest[0]:
                     self.largest = (stored, f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')} from aten::{name}")
-                if stored > self.spec.max_numel:
+                if stored > self._max_numel:
                     self._refuse(f"{self.spec.large}: a tensor of shape {tuple(t.shape)} ({stored} elements stored, "
-                                 f"allowed {self.spec.max_numel}) made by aten::{name}")
+                                 f"allowed {self._max_numel}) made by aten::{name}")
 
     # ------------------------------------------------------------------------------- modes and hooks
     def _make_modes(self):
@@ -366,8 +373,12 @@ class _Watch:
                     return func(*args, **(kwargs or {}))
 
             function_mode = _FunctionMode()
-        if self._ops or self.spec.max_numel is not None:
+        if self._ops or self._max_numel is not None:
             class _DispatchMode(TorchDispatchMode):
+                @classmethod
+                def _should_skip_dynamo(cls) -> bool:  # nothing compiles under the watch; asking imports torch._dynamo
+                    return False
+
                 def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                     out = func(*args, **(kwargs or {}))
                     watch._see_op(func, out)
@@ -461,6 +472,10 @@ class _Watch:
 
     def call(self, fn, args=(), kwargs=None):
         """``fn(*args, **kwargs)`` under the watch, with NumPy arrays watched too; returns the result."""
+        if callable(self.spec.max_numel):
+            self._max_numel = int(self.spec.max_numel(tuple(args), dict(kwargs or {})))
+        if callable(self.spec.max_traced_bytes):
+            self._max_traced = int(self.spec.max_traced_bytes(tuple(args), dict(kwargs or {})))
         self._held_ufuncs(fn)
         self._note_given(tuple(args) + tuple((kwargs or {}).values()))
         args, kwargs = self._wrap_ufuncs(tuple(args), dict(kwargs or {}))
@@ -490,7 +505,32 @@ class _Watch:
         for short, original in getattr(self, "_patched", {}).items():
             setattr(np, short, original)
 
+    def _start_tracing(self) -> None:
+        if self._max_traced is None:
+            return
+        import tracemalloc
+
+        self._tracing_started = not tracemalloc.is_tracing()
+        if self._tracing_started:
+            tracemalloc.start()
+        tracemalloc.reset_peak()
+        self._traced_base = tracemalloc.get_traced_memory()[0]
+
+    def _stop_tracing(self) -> None:
+        if self._traced_base is None:
+            return
+        import tracemalloc
+
+        peak = tracemalloc.get_traced_memory()[1] - self._traced_base
+        if self._tracing_started:
+            tracemalloc.stop()
+        self._traced_base = None
+        if peak > self._max_traced:
+            self._refuse(f"{self.spec.large}: your code held {peak / 2**20:.1f} MiB at once (the limit for these "
+                         f"inputs is {self._max_traced / 2**20:.1f} MiB)")
+
     def __enter__(self):
+        self._start_tracing()
         self._patch_numpy()
         if torch is not None:
             self._function_mode, self._dispatch_mode = self._make_modes()
@@ -514,6 +554,7 @@ class _Watch:
         sys.setprofile(self._previous_profile)
         threading.setprofile(self._previous_thread_profile)
         self._unpatch_numpy()
+        self._stop_tracing()
         for mode in (self._dispatch_mode, self._function_mode):
             if mode is not None:
                 try:
