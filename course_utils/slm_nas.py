@@ -56,6 +56,41 @@ def init_from_parent(parent: DecoderBlock, config: SLMConfig, spec: tuple[int, i
 
 
 @torch.no_grad()
+def decode_bytes_per_token(config: SLMConfig, spec: tuple[int, int], *, batch: int = 8, context: int = 256,
+                           bytes_per: int = 4) -> float:
+    """Bytes one block reads per generated token in a decode step (lesson 07c, eq. 1).
+
+    The weights are read once per step and shared by the ``batch`` sequences; each sequence reads its own
+    ``context`` cached keys and values (``2 * n_kv * head_dim`` numbers per position) if the block has attention.
+    """
+    n_kv, ffn = spec
+    c, d = config.dim, config.head_dim
+    weights = (2 * c * c + 2 * c * n_kv * d if n_kv else 0) + 3 * c * ffn
+    return bytes_per * (weights / batch + 2 * n_kv * d * context)
+
+
+@torch.no_grad()
+def replace_one_block_kl(parent: TinyDecoder, blocks, tokens, *, batch: int = 8, seq_len: int = 128,
+                         n_batches: int = 2, seed: int = 3) -> dict:
+    """Puzzle's block score: KL(parent || parent with only layer i replaced by ``blocks[i, name]``), nats per byte.
+
+    Unlike the local error of eq. (3), it sees what the rest of the network does with the block's output.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    windows = [get_batch(tokens, batch, seq_len, gen)[0] for _ in range(n_batches)]
+    targets = [F.log_softmax(parent(x), -1) for x in windows]
+    scores = {}
+    for (i, name), block in blocks.items():
+        original, parent.layers[i] = parent.layers[i], block             # swap one block in, put it back after
+        try:
+            kl = [F.kl_div(F.log_softmax(parent(x), -1), t, log_target=True, reduction="sum").item() / t[..., 0].numel()
+                  for x, t in zip(windows, targets)]
+        finally:
+            parent.layers[i] = original
+        scores[i, name] = sum(kl) / len(kl)
+    return scores
+
+
 def block_io(parent: TinyDecoder, tokens, n_batches: int, batch: int, seq_len: int, seed: int):
     """The parent's hidden states on fixed windows: ``hidden[i]`` is layer i's input, ``hidden[i+1]`` its output."""
     gen = torch.Generator().manual_seed(seed)

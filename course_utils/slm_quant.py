@@ -6,6 +6,7 @@ int8 weights run through PyTorch's fused CPU kernel ``torch._weight_int8pack_mm`
 from memory, dequantized inside the kernel) with bf16 activations, its fast path (with fp32 activations the
 kernel is several times slower); int4 weights are stored packed two per byte and
 dequantized before an fp32 matmul (no fused int4 CPU kernel is used here, so int4 saves memory, not time).
+:func:`awq_input_scales` adds one outlier-aware method, activation-aware per-input-channel scaling (AWQ-style).
 """
 from __future__ import annotations
 
@@ -23,12 +24,18 @@ def int8_per_channel(w):
     return q, scale.float()
 
 
-def int4_groupwise(w, group: int = 32):
-    """Symmetric int4 in groups of ``group`` inputs: values in [-7, 7]; returns (q int8 (out, in), s (out, in/group))."""
+def int4_groupwise(w, group: int = 32, bits: int = 4):
+    """Symmetric int4 in groups of ``group`` inputs: values in [-7, 7]; returns (q int8 (out, in), s (out, in/group)).
+
+    ``bits`` 3 or 2 use the grids [-3, 3] and [-1, 1] in the same 4-bit storage (to measure what fewer levels cost).
+    """
+    if bits not in (2, 3, 4):
+        raise ValueError(f"int4_groupwise handles 2, 3 or 4 bits, got {bits}")
+    levels = 2 ** (bits - 1) - 1
     out_f, in_f = w.shape
     wg = w.reshape(out_f, in_f // group, group)                               # (out, G, group)
-    scale = wg.abs().amax(dim=2).clamp(min=1e-12) / 7.0                       # (out, G)
-    q = torch.round(wg / scale[..., None]).clamp(-7, 7).to(torch.int8)
+    scale = wg.abs().amax(dim=2).clamp(min=1e-12) / levels                    # (out, G)
+    q = torch.round(wg / scale[..., None]).clamp(-levels, levels).to(torch.int8)
     return q.reshape(out_f, in_f), scale.float()
 
 
@@ -51,46 +58,114 @@ def unpack_int4(packed):
 class QuantLinear(nn.Module):
     """A bias-free linear layer with int8 per-channel or packed int4 group-wise weights (group divides the inputs)."""
 
-    def __init__(self, linear: nn.Linear, bits: int = 8, group: int = 32):
+    def __init__(self, linear: nn.Linear, bits: int = 8, group: int | None = 32, input_scale=None):
         super().__init__()
         w = linear.weight.detach()
-        group = math.gcd(w.shape[1], group)         # 176 inputs with group 32 -> groups of 16
+        if input_scale is not None:                 # AWQ-style: quantize W diag(s), divide the input by s
+            w = w * input_scale[None, :]
+            self.register_buffer("input_scale", input_scale.float())
+        else:
+            self.input_scale = None
+        # group None: one scale per output row (per channel); else 176 inputs with group 32 -> groups of 16
+        group = w.shape[1] if group is None else math.gcd(w.shape[1], group)
         self.bits, self.group = bits, group
         if bits == 8:
             if w.shape[1] % 16:  # torch 2.13's _weight_int8pack_mm segfaults on such widths (for more than one row)
                 raise ValueError(f"int8 QuantLinear needs an input width divisible by 16, got {w.shape[1]}")
             q, s = int8_per_channel(w)
             self.register_buffer("qweight", q)
-        elif bits == 4:
-            q, s = int4_groupwise(w, group)
+        elif bits in (2, 3, 4):
+            q, s = int4_groupwise(w, group, bits)
             self.register_buffer("qweight", pack_int4(q))
         else:
-            raise ValueError("bits must be 8 or 4")
+            raise ValueError(f"bits must be 8, 4, 3 or 2, got {bits}")
         self.register_buffer("scale", s)
         if bits == 8:
             self.register_buffer("scale_bf16", s.bfloat16())
 
     def dequantized(self):
         if self.bits == 8:
-            return self.qweight.float() * self.scale[:, None]
-        return dequantize_int4(unpack_int4(self.qweight), self.scale, self.group)
+            w = self.qweight.float() * self.scale[:, None]
+        else:
+            w = dequantize_int4(unpack_int4(self.qweight), self.scale, self.group)
+        return w if self.input_scale is None else w / self.input_scale[None, :]     # the weight in x's units
 
     def forward(self, x):
         if self.bits == 8:
+            if self.input_scale is not None:
+                x = x / self.input_scale
             flat = x.reshape(-1, x.shape[-1]).bfloat16()
             out = torch._weight_int8pack_mm(flat, self.qweight, self.scale_bf16)
             return out.to(x.dtype).reshape(*x.shape[:-1], -1)
         return x @ self.dequantized().T
 
 
-def quantize_model(model: nn.Module, bits: int = 8, group: int = 32, *, skip=("lm_head",)) -> nn.Module:
-    """Replace every ``nn.Linear`` of ``model`` (in place) except those named in ``skip``."""
+def quantize_model(model: nn.Module, bits: int = 8, group: int | None = 32, *, skip=("lm_head",),
+                   input_scales: dict | None = None) -> nn.Module:
+    """Replace every ``nn.Linear`` of ``model`` (in place) except those named in ``skip``.
+
+    ``input_scales`` (from :func:`awq_input_scales`) maps a layer's name to its AWQ-style per-input scale.
+    """
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             full = f"{name}.{child_name}" if name else child_name
             if isinstance(child, nn.Linear) and not any(s in full for s in skip):
-                setattr(module, child_name, QuantLinear(child, bits, group))
+                scale = None if input_scales is None else input_scales[full]
+                setattr(module, child_name, QuantLinear(child, bits, group, scale))
     return model
+
+
+def fake_quantize(w, bits: int, group: int | None):
+    """Round ``w`` (out, in) to the symmetric grid QuantLinear uses and return it in float: the weight it computes with."""
+    group = w.shape[1] if group is None else math.gcd(w.shape[1], group)
+    levels = 2 ** (bits - 1) - 1                                              # 127 for int8, 7 for int4
+    wg = w.reshape(w.shape[0], -1, group)
+    scale = wg.abs().amax(dim=2, keepdim=True).clamp(min=1e-12) / levels
+    return (torch.round(wg / scale).clamp(-levels, levels) * scale).reshape(w.shape)
+
+
+@torch.no_grad()
+def linear_inputs(model: nn.Module, batches, *, skip=("lm_head",), max_rows: int = 4096) -> dict:
+    """The inputs every ``nn.Linear`` (but ``skip``) sees on ``batches`` of tokens: name -> (rows, in) float tensor."""
+    seen, hooks = {}, []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and not any(s in name for s in skip):
+            def hook(_module, args, name=name):
+                seen.setdefault(name, []).append(args[0].reshape(-1, args[0].shape[-1]))
+            hooks.append(module.register_forward_pre_hook(hook))
+    try:
+        for tokens in batches:
+            model(tokens)
+    finally:
+        for h in hooks:
+            h.remove()
+    return {name: torch.cat(xs)[:max_rows] for name, xs in seen.items()}
+
+
+@torch.no_grad()
+def awq_input_scales(model: nn.Module, inputs: dict, bits: int = 4, group: int | None = 32,
+                     alphas=(0.0, 0.25, 0.5, 0.75, 1.0)) -> dict:
+    """AWQ-style activation-aware scales: per input channel ``s = mean|x|^alpha``, alpha chosen per layer.
+
+    Input channels that carry large activations matter more to the output; multiplying their weight column by
+    ``s`` before rounding gives them a finer grid (relative to their size), and dividing the input by ``s`` undoes it
+    exactly in real arithmetic. Per layer, the alpha with the smallest output error ``|x W^T - (x/s) Q(W s)^T|^2``
+    on the calibration inputs wins (alpha 0 is plain rounding, so the search never does worse on them).
+    """
+    modules = dict(model.named_modules())
+    scales = {}
+    for name, x in inputs.items():
+        w = modules[name].weight
+        magnitude = x.abs().mean(0).clamp(min=1e-6)                               # (in,)
+        reference = x @ w.T
+        best = (math.inf, None)
+        for alpha in alphas:
+            s = magnitude ** alpha
+            s = s / (s.max() * s.min()).sqrt()                                   # centre the scales around 1
+            error = ((x / s) @ fake_quantize(w * s, bits, group).T - reference).pow(2).mean().item()
+            best = min(best, (error, s), key=lambda pair: pair[0])
+        scales[name] = best[1]
+    return scales
 
 
 def torch_dynamic_int8(model: nn.Module) -> nn.Module:

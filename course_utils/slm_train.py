@@ -23,6 +23,17 @@ CORPUS_MODULES = ("textwrap.py", "heapq.py", "bisect.py", "functools.py", "fract
                   "string.py", "calendar.py", "difflib.py", "shlex.py", "argparse.py", "random.py",
                   "json/encoder.py", "json/decoder.py", "csv.py", "dataclasses.py", "enum.py", "inspect.py")
 
+# More modules, used only to train the committed checkpoint (never the lessons' held-out tail): about 2.6 MB.
+EXTRA_MODULES = tuple("""collections/__init__.py typing.py pathlib.py subprocess.py tarfile.py zipfile.py pydoc.py
+    doctest.py unittest/case.py logging/__init__.py email/message.py http/client.py urllib/parse.py configparser.py ast.py
+    tokenize.py pickle.py threading.py shutil.py os.py datetime.py ipaddress.py optparse.py gettext.py locale.py copy.py
+    contextlib.py traceback.py weakref.py queue.py selectors.py socket.py uuid.py base64.py mailbox.py smtplib.py
+    ftplib.py imaplib.py plistlib.py pprint.py tempfile.py glob.py fnmatch.py platform.py trace.py pdb.py cmd.py
+    codecs.py _pydecimal.py""".split())
+
+# Made by benchmarks/train_slm_checkpoint.py (its .json twin records the run and the machine).
+CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "slm_bytes.pt"
+
 
 def stdlib_text(modules=CORPUS_MODULES, max_bytes: int | None = None) -> bytes:
     """The concatenated sources of ``modules`` from this interpreter's standard library, as bytes."""
@@ -97,12 +108,66 @@ def _train_steps(model, opt, tokens, cfg, gen, losses, desc):
 @torch.no_grad()
 def eval_loss(model, tokens, *, batch: int = 16, seq_len: int = 128, n_batches: int = 4, seed: int = 123) -> float:
     """Mean next-byte cross-entropy (nats) on fixed random windows of ``tokens``."""
+    windows = _eval_windows(tokens, batch=batch, seq_len=seq_len, n_batches=n_batches, seed=seed)
+    return sum(F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item() for x, y in windows) / n_batches
+
+
+@torch.no_grad()
+def window_losses(model, tokens, **windows) -> torch.Tensor:
+    """Mean next-byte cross-entropy of each window :func:`eval_loss` uses: a ``(batch * n_batches,)`` float64 tensor."""
+    out = []
+    for x, y in _eval_windows(tokens, **windows):
+        logits = model(x)                                                       # (B, T, V)
+        out.append(F.cross_entropy(logits.transpose(1, 2), y, reduction="none").double().mean(1))
+    return torch.cat(out)
+
+
+def paired_difference(model, reference, tokens, **windows) -> tuple[float, float]:
+    """Held-out loss of ``model`` minus ``reference`` on the same windows: (mean, standard error over the windows).
+
+    The windows are shared, so most of the sampling noise cancels; a difference several standard errors from 0 is
+    a real difference on this text, not an accident of which windows were drawn.
+    """
+    d = window_losses(model, tokens, **windows) - window_losses(reference, tokens, **windows)
+    return d.mean().item(), (d.std() / len(d) ** 0.5).item()
+
+
+def load_checkpoint(path: Path | None = None):
+    """The committed byte-level model (``SLMConfig()`` shape, trained longer): returns ``(model in eval mode, record)``."""
+    path = Path(path or CHECKPOINT)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run `python benchmarks/train_slm_checkpoint.py` to make it.")
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    config = SLMConfig(**{k: tuple(v) if k == "layers" else v for k, v in blob["record"]["config"].items()})
+    model = TinyDecoder(config)
+    model.load_state_dict(blob["state_dict"])
+    return model.eval(), blob["record"]
+
+
+def ngram_loss(train_tokens, held_out, order: int, *, alpha: float = 0.1, **windows) -> float:
+    """Held-out cross-entropy (nats/byte) of an add-``alpha`` smoothed unigram (order 1) or bigram (order 2) model.
+
+    Counted on ``train_tokens``, scored on exactly the windows :func:`eval_loss` uses (same ``windows`` keywords),
+    so the numbers sit beside a model's loss on equal terms.
+    """
+    if order not in (1, 2):
+        raise ValueError(f"order must be 1 (unigram) or 2 (bigram), got {order}")
+    counts = torch.zeros(256, 256, dtype=torch.float64)
+    counts.index_put_((train_tokens[:-1], train_tokens[1:]), torch.ones(len(train_tokens) - 1, dtype=torch.float64),
+                      accumulate=True)                                       # (previous byte, next byte)
+    if order == 1:
+        counts = counts.sum(0, keepdim=True).expand(256, 256)
+    log_p = ((counts + alpha) / (counts + alpha).sum(1, keepdim=True)).log()  # row: previous byte
+    total, n = 0.0, 0
+    for x, y in _eval_windows(held_out, **windows):
+        total += -log_p[x, y].sum().item()
+        n += y.numel()
+    return total / n
+
+
+def _eval_windows(tokens, *, batch: int = 16, seq_len: int = 128, n_batches: int = 4, seed: int = 123):
     gen = torch.Generator().manual_seed(seed)
-    total = 0.0
-    for _ in range(n_batches):
-        x, y = get_batch(tokens, batch, seq_len, gen)
-        total += F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
-    return total / n_batches
+    return [get_batch(tokens, batch, seq_len, gen) for _ in range(n_batches)]
 
 
 def decode_bytes(tokens) -> str:

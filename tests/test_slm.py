@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -121,3 +122,75 @@ def test_quantized_model_runs_and_shrinks():
         assert (q4(x) - ref).abs().max() < 0.3 * ref.abs().max()
         dyn = sq.torch_dynamic_int8(copy.deepcopy(model))
         assert (dyn(x) - ref).abs().max() < 0.1 * ref.abs().max()
+
+
+def test_ngram_baselines_on_a_periodic_text():
+    tokens = torch.tensor(list(b"abc" * 400))
+    train, held = tokens[:900], tokens[900:]
+    bigram = st.ngram_loss(train, held, 2, alpha=1e-6, batch=2, seq_len=16, n_batches=2)
+    unigram = st.ngram_loss(train, held, 1, alpha=1e-6, batch=2, seq_len=16, n_batches=2)
+    assert bigram < 1e-3                                       # the previous byte determines the next one
+    assert abs(unigram - math.log(3)) < 1e-3                   # three equally frequent bytes
+    with pytest.raises(ValueError, match="order must be 1"):
+        st.ngram_loss(train, held, 3)
+
+
+def test_window_losses_and_paired_difference():
+    torch.manual_seed(0)
+    model = slm.TinyDecoder(small()).eval()
+    tokens = torch.randint(0, 256, (3000,))
+    kw = dict(batch=4, seq_len=16, n_batches=2)
+    per_window = st.window_losses(model, tokens, **kw)
+    assert per_window.shape == (8,)
+    assert abs(per_window.mean().item() - st.eval_loss(model, tokens, **kw)) < 1e-5
+    assert st.paired_difference(model, model, tokens, **kw) == (0.0, 0.0)
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        other.lm_head.weight.mul_(3.0)
+    mean, se = st.paired_difference(other, model, tokens, **kw)
+    assert mean != 0.0 and se > 0.0
+
+
+def test_load_checkpoint_errors_and_quality(tmp_path):
+    with pytest.raises(FileNotFoundError, match="train_slm_checkpoint.py"):
+        st.load_checkpoint(tmp_path / "missing.pt")
+    model, record = st.load_checkpoint()
+    assert model.config == slm.SLMConfig() and not model.training
+    train, held = st.split_tokens(st.stdlib_text())
+    loss = st.eval_loss(model, held)
+    assert loss < st.ngram_loss(train, held, 2) - 0.4          # the committed model clearly beats a bigram table
+    assert abs(loss - record["held_out_loss"]) < 0.05           # and the file's record says what it measures
+
+
+@pytest.mark.parametrize("bits,group", [(8, None), (4, None), (4, 32), (3, 32), (2, None)])
+def test_fake_quantize_is_what_quantlinear_computes_with(bits, group):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48, bias=False)
+    layer = sq.QuantLinear(linear, bits, group)
+    torch.testing.assert_close(layer.dequantized(), sq.fake_quantize(linear.weight.detach(), bits, group))
+
+
+def test_awq_scaling_is_exact_before_rounding_and_never_worse_on_calibration():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 32, bias=False)
+    x = torch.randn(256, 64) * torch.linspace(0.1, 8.0, 64)             # uneven input channels, like real activations
+    s = torch.rand(64) + 0.5
+    layer = sq.QuantLinear(linear, 4, None, input_scale=s)
+    with torch.no_grad():
+        want = (x / s) @ sq.fake_quantize(linear.weight * s, 4, None).T
+        torch.testing.assert_close(layer(x), want)
+        model = torch.nn.Sequential(linear)
+        scales = sq.awq_input_scales(model, {"0": x}, bits=3, group=None)
+        plain = (x @ sq.fake_quantize(linear.weight, 3, None).T - x @ linear.weight.T).pow(2).mean()
+        aware = ((x / scales["0"]) @ sq.fake_quantize(linear.weight * scales["0"], 3, None).T - x @ linear.weight.T).pow(2).mean()
+    assert aware <= plain
+    with pytest.raises(ValueError, match="2, 3 or 4 bits"):
+        sq.int4_groupwise(linear.weight, 32, bits=5)
+
+
+def test_linear_inputs_sees_every_linear_but_the_head():
+    torch.manual_seed(0)
+    model = slm.TinyDecoder(small()).eval()
+    seen = sq.linear_inputs(model, [torch.randint(0, 256, (2, 8))])
+    assert len(seen) == 2 * 7 and "lm_head" not in seen
+    assert seen["layers.0.mlp.down_proj"].shape == (16, 88)

@@ -51,3 +51,26 @@ def test_block_distillation_lowers_the_error_and_assembly_works():
     assert slm.count_parameters(small) < slm.count_parameters(parent)
     tuned = nas.global_distill(small, parent, tokens, steps=5, batch=2, seq_len=16)
     assert st.eval_loss(tuned, tokens, batch=2, seq_len=16, n_batches=1) < 10
+
+
+def test_decode_bytes_per_token_counts_weights_once_per_step_and_kv_per_sequence():
+    config = tiny_parent().config
+    c, d = config.dim, config.head_dim
+    parent = nas.decode_bytes_per_token(config, (2, 88), batch=4, context=10)
+    assert parent == 4 * ((2 * c * c + 2 * c * 2 * d + 3 * c * 88) / 4 + 2 * 2 * d * 10)
+    one_kv = nas.decode_bytes_per_token(config, (1, 88), batch=4, context=10)
+    assert parent - one_kv == 4 * (2 * c * d / 4 + 2 * d * 10)         # GQA: fewer weights and half the cache reads
+    assert nas.decode_bytes_per_token(config, (0, 0)) == 0
+
+
+def test_replace_one_block_kl_is_zero_for_the_parent_block_and_restores_the_parent():
+    parent = tiny_parent()
+    tokens = torch.randint(0, 256, (3000,))
+    specs = nas.variant_specs(parent.config)
+    blocks = {(i, n): nas.init_from_parent(parent.layers[i], parent.config, specs[n])
+              for i in range(2) for n in ("parent", "identity")}
+    before = [id(layer) for layer in parent.layers]
+    scores = nas.replace_one_block_kl(parent, blocks, tokens, batch=2, seq_len=16, n_batches=1)
+    assert [id(layer) for layer in parent.layers] == before
+    assert abs(scores[0, "parent"]) < 1e-6 and abs(scores[1, "parent"]) < 1e-6
+    assert scores[0, "identity"] > 0 and scores[1, "identity"] > 0
