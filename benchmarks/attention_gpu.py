@@ -142,7 +142,7 @@ def one_case(d, seq, causal, group, args, device="cuda", dtype=torch.bfloat16) -
     q, do = (torch.randn(b, h, seq, d, device=device, dtype=dtype) for _ in range(2))
     k, v = (torch.randn(b, hkv, seq, d, device=device, dtype=dtype) for _ in range(2))
     gqa = group > 1
-    case = {"head_dim": d, "seq": seq, "causal": causal, "batch": b, "heads_q": h, "heads_kv": hkv,
+    case = {"head_dim": d, "seq": seq, "causal": causal, "group": group, "batch": b, "heads_q": h, "heads_kv": hkv,
             "dtype": str(dtype).removeprefix("torch."), "kv_bytes": 2 * k.numel() * k.element_size(),
             "kv_bytes_mha": 2 * b * h * seq * d * k.element_size()}
     fwd_flops = aio.attention_flops(b, h, seq, seq, d, causal)

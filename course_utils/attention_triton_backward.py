@@ -56,7 +56,8 @@ if triton is not None:
                     mask=m_ok[:, None], other=0.0)  # (BLOCK_M, HEAD_DIM)
         do = tl.load(do_ptr + head * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :],
                      mask=m_ok[:, None], other=0.0)
-        delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)  # (BLOCK_M,)
+        ACC = tl.float64 if o_ptr.dtype.element_ty == tl.float64 else tl.float32  # float64 only for gradcheck
+        delta = tl.sum(o.to(ACC) * do.to(ACC), 1)  # (BLOCK_M,)
         tl.store(delta_ptr + head * seqlen_q + offs_m, delta, mask=m_ok)
 
     @triton.jit
@@ -99,8 +100,9 @@ if triton is not None:
                     mask=n_ok[:, None], other=0.0)  # (BLOCK_N, HEAD_DIM), read once
         v = tl.load(v_ptr + kv_head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :],
                     mask=n_ok[:, None], other=0.0)
-        dk = tl.zeros((BLOCK_N, HEAD_DIM), dtype=tl.float32)
-        dv = tl.zeros((BLOCK_N, HEAD_DIM), dtype=tl.float32)
+        ACC = tl.float64 if k_ptr.dtype.element_ty == tl.float64 else tl.float32  # float64 only for gradcheck
+        dk = tl.zeros((BLOCK_N, HEAD_DIM), dtype=ACC)  # a loop-carried variable keeps its type
+        dv = tl.zeros((BLOCK_N, HEAD_DIM), dtype=ACC)
         scale_log2e = scale * 1.4426950408889634
         mid = 0  # first query block that sees the whole key block
         if CAUSAL:
@@ -165,7 +167,8 @@ if triton is not None:
         delta = tl.load(delta_ptr + head * seqlen_q + offs_m, mask=m_ok, other=0.0)
         k_base = k_ptr + (head // GROUP) * stride_kh  # GQA: the key/value head this query head reads
         v_base = v_ptr + (head // GROUP) * stride_vh
-        dq = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
+        ACC = tl.float64 if q_ptr.dtype.element_ty == tl.float64 else tl.float32  # float64 only for gradcheck
+        dq = tl.zeros((BLOCK_M, HEAD_DIM), dtype=ACC)
         scale_log2e = scale * 1.4426950408889634
         lo = seqlen_k
         if CAUSAL:

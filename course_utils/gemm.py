@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from .env import detect_tier, import_triton
+from .env import detect_tier, import_triton, simulated
 from .gemm_kernels import (
     matmul_descriptor_kernel,
     matmul_descriptor_persistent_kernel,
@@ -44,8 +44,9 @@ TIER = detect_tier()  # "cpu", "cuda" or "sm90": course_utils.env decides, as se
 
 
 def interpreted() -> bool:
-    """True on the CPU tier, where Triton runs in its interpreter (``env.import_triton`` switched it on)."""
-    return TIER == "cpu"
+    """True on the CPU tier and under a simulated GPU tier (``COURSE_TIER_SIMULATE``), where Triton runs in its
+    interpreter (``env.import_triton`` switched it on)."""
+    return TIER == "cpu" or simulated() is not None
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ def set_descriptor_allocator() -> None:
 
 def _descriptor_launch(a, b, cfg, warp_specialize: bool, return_kernel: bool = False, persistent: bool = False):
     cfg = cfg or _default_config(a, warp_specialize)
-    if warp_specialize and not interpreted() and cfg.num_warps != 4:
+    if warp_specialize and cfg.num_warps != 4:   # checked on every tier, so a simulated sm90 run catches it
         raise ValueError(f"num_warps={cfg.num_warps}: Triton splits a warp-specialized loop only at num_warps=4 "
                          "(at 8 it compiles the plain descriptor kernel); use G.WS_CONFIG")
     _check_inputs(a, b, cfg)
