@@ -38,9 +38,29 @@ __all__ = [
     "flash_attention",
     "compile_attention_forward",
     "compile_attention_kernels",
+    "ATTENTION_GPU_CONFIGS",
+    "attention_configs",
 ]
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e)), the GPU's native exponential
+
+# What benchmarks/attention_gpu.py tries per GPU generation, as (block_m, block_n, num_warps, num_stages); the
+# backward ones are both backward kernels'. tests/test_compile_kernels.py compiles each for d = 64 and 128,
+# GROUP 1 and 4, causal and not (course_utils.gemm_compile.compile_matrix) and fails on a spill, on shared
+# memory over the GPU's limit, or on a Hopper kernel without wgmma. Left out, because they fail that:
+# sm_90 forward (128, 64, 4, 3) spills at d=128; backward BLOCK_M=32 compiles the dQ kernel to mma.sync (a
+# warpgroup MMA needs 64 rows); backward 64x128 and 128x64 spill at d=128. sm_80: the d=128 forward spills at
+# 128x64 and 128x128 with 8 warps. sm_75 (a T4): fp16 (no bf16 there), 64 KiB of shared memory per block.
+ATTENTION_GPU_CONFIGS: dict[int, dict[str, list[tuple[int, int, int, int]]]] = {
+    90: {"fwd": [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)], "bwd": [(64, 64, 8, 2)]},
+    80: {"fwd": [(64, 64, 4, 3)], "bwd": [(64, 64, 8, 2)]},
+    75: {"fwd": [(64, 64, 4, 2)], "bwd": [(32, 32, 4, 2)]},
+}
+
+
+def attention_configs(arch: int, kind: str) -> list[tuple[int, int, int, int]]:
+    """The benchmark's ``kind`` (``"fwd"`` or ``"bwd"``) configurations for ``sm_<arch>`` (the generation below it)."""
+    return list(ATTENTION_GPU_CONFIGS[90 if arch >= 90 else 80 if arch >= 80 else 75][kind])
 
 # Triton picks interpreter or compiler when imported: env.import_triton() switches to the
 # interpreter on the CPU tier first, as setup() does.

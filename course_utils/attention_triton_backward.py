@@ -108,7 +108,9 @@ if triton is not None:
         if CAUSAL:
             lo = start_n // BLOCK_M * BLOCK_M  # query blocks wholly above the diagonal: skipped
             mid = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, seqlen_q)
-        for g in range(GROUP):  # GQA: the query heads that share this key/value head, summed here
+            if GROUP > 1:  # GQA: one loop per query head, every tile masked (the mask is a no-op below the
+                mid = seqlen_q  # diagonal); two loops per head of the group spill registers at d=128
+        for g in tl.static_range(GROUP):  # GQA: the query heads sharing this key/value head, summed on chip
             head = kv_head * GROUP + g
             q_base, do_base = q_ptr + head * stride_qh, do_ptr + head * stride_doh
             lse_base, delta_base = lse_ptr + head * seqlen_q, delta_ptr + head * seqlen_q
@@ -117,10 +119,11 @@ if triton is not None:
                     dk, dv = attention_dkdv_step(k, v, dk, dv, q_base, do_base, lse_base, delta_base, start_m, offs_m,
                                                  offs_n, offs_d, seqlen_q, stride_qm, stride_dom, scale_log2e,
                                                  True, DOT_PRECISION)
-            for start_m in range(mid, seqlen_q, BLOCK_M):  # stage 2: no mask needed
-                dk, dv = attention_dkdv_step(k, v, dk, dv, q_base, do_base, lse_base, delta_base, start_m, offs_m,
-                                             offs_n, offs_d, seqlen_q, stride_qm, stride_dom, scale_log2e,
-                                             False, DOT_PRECISION)
+            if not CAUSAL or GROUP == 1:
+                for start_m in range(mid, seqlen_q, BLOCK_M):  # stage 2: no mask needed
+                    dk, dv = attention_dkdv_step(k, v, dk, dv, q_base, do_base, lse_base, delta_base, start_m,
+                                                 offs_m, offs_n, offs_d, seqlen_q, stride_qm, stride_dom, scale_log2e,
+                                                 False, DOT_PRECISION)
         tl.store(dk_ptr + kv_head * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :],
                  (dk * scale).to(dk_ptr.dtype.element_ty), mask=n_ok[:, None])  # eq. (12): dK = tau dS^T Q
         tl.store(dv_ptr + kv_head * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :],

@@ -23,14 +23,11 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["Case", "attention_configs", "compile_matrix", "compile_cases", "gemm_case", "compile_problems", "ATTENTION_CONFIGS"]
+__all__ = ["Case", "attention_configs", "compile_matrix", "compile_cases", "gemm_case", "compile_problems"]
 
 ROOT = Path(__file__).resolve().parent.parent
-# benchmarks/attention_gpu.py's configurations are read from it (attention_configs); these are the ones
-# expected there once the spilling (128, 64, 4, 3) is gone: (block_m, block_n, num_warps, num_stages).
-ATTENTION_CONFIGS = [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)]
-# On sm_80 the d=128 forward spills at 128x64 (8 warps, 8 B) and 128x128 (72 B): an A100 gets 64x64 at 4 warps.
-ATTENTION_CONFIGS_SM80 = [(64, 64, 4, 3)]
+# The attention configurations are course_utils.attention_triton.ATTENTION_GPU_CONFIGS (forward and backward, per
+# GPU generation), compiled for both head dims, GROUP 1 and 4, causal and not.
 ATTENTION_HEAD_DIMS = (64, 128)
 
 
@@ -120,29 +117,43 @@ def _conv_case(arch: int, bm: int, bn: int, bk: int, warps: int, stages: int) ->
 
 
 def _attention_case(arch: int, head_dim: int, bm: int, bn: int, warps: int, stages: int, dtype: str = "bf16",
-                    causal: bool = True) -> Case:
-    args = ["q_ptr", "k_ptr", "v_ptr", "o_ptr", "lse_ptr", "stride_qh", "stride_qm", "stride_kh", "stride_kn",
-            "stride_vh", "stride_vn", "stride_oh", "stride_om", "seqlen_q", "seqlen_k", "scale_log2e"]
-    sig = dict(zip(args, [f"*{dtype}"] * 4 + ["*fp32"] + ["i32"] * 10 + ["fp32"]))
-    ce = {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_M": bm, "BLOCK_N": bn, "DOT_PRECISION": "tf32", "GROUP": 1}
+                    causal: bool = True, group: int = 1, kernel: str = "fwd") -> Case:
+    """Lesson 06's forward (``kernel="fwd"``) or backward kernel (``"dkdv"``, ``"dq"``) at one launch configuration."""
+    from .attention_triton import _signature
+
+    names, sig = _signature(kernel, dtype)
+    ce = {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_M": bm, "BLOCK_N": bn,
+          "DOT_PRECISION": "ieee" if dtype in ("fp32", "fp64") else "tf32", "GROUP": group}
     sig.update(dict.fromkeys(ce, "constexpr"))
+    divisible = tuple(n for n in names if n.endswith("_ptr") or n.startswith("stride"))
     expect = ("wgmma" if arch >= 90 else "mma.sync",) if arch >= 80 else ()
-    return Case(f"attention fwd d={head_dim} {bm}x{bn} w{warps} s{stages} {dtype}{' causal' if causal else ''}",
-                "course_utils.attention_triton:flash_attention_fwd_kernel", arch, sig, ce, tuple(args[:15]), warps, stages,
-                expect, (), {"variant": f"attention forward d={head_dim}",
-                             "config": {"block_m": bm, "block_n": bn, "num_warps": warps, "num_stages": stages}})
+    module = "attention_triton" if kernel == "fwd" else "attention_triton_backward"
+    name = {"fwd": "flash_attention_fwd_kernel", "dkdv": "flash_attention_bwd_dkdv_kernel",
+            "dq": "flash_attention_bwd_dq_kernel"}[kernel]
+    what = {"fwd": "forward", "dkdv": "backward dK/dV", "dq": "backward dQ"}[kernel]
+    return Case(f"attention {what} d={head_dim} G={group} {bm}x{bn} w{warps} s{stages} {dtype}{' causal' if causal else ''}",
+                f"course_utils.{module}:{name}", arch, sig, ce, divisible, warps, stages, expect, (),
+                {"variant": f"attention {'forward' if kernel == 'fwd' else 'backward'} d={head_dim}", "kernel": kernel,
+                 "group": group, "causal": causal,
+                 "config": {"block_m": bm, "block_n": bn, "num_warps": warps, "num_stages": stages}})
 
 
-def attention_configs() -> list[tuple]:
-    """The forward ``FWD_CONFIGS`` of ``benchmarks/attention_gpu.py`` (read from its source: importing it would pick a tier)."""
-    import ast
+def attention_configs(arch: int = 90, kind: str = "fwd") -> list[tuple]:
+    """The configurations ``benchmarks/attention_gpu.py`` tries on ``sm_<arch>`` (``course_utils.attention_triton``)."""
+    from .attention_triton import attention_configs as configs
 
-    path = ROOT / "benchmarks" / "attention_gpu.py"
-    if path.exists():
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) in ("FWD_CONFIGS", "CONFIGS"):
-                return [tuple(c) for c in ast.literal_eval(node.value)]
-    return list(ATTENTION_CONFIGS)
+    return configs(arch, kind)
+
+
+def _attention_cases(arch: int, dtype: str) -> list[Case]:
+    out = []
+    for kind, kernels in (("fwd", ("fwd",)), ("bwd", ("dkdv", "dq"))):
+        for bm, bn, warps, stages in attention_configs(arch, kind):
+            for d in ATTENTION_HEAD_DIMS:
+                for group in (1, 4):
+                    for causal in (True, False):
+                        out += [_attention_case(arch, d, bm, bn, warps, stages, dtype, causal, group, k) for k in kernels]
+    return out
 
 
 def compile_matrix(archs=(80, 90), *, gemm: bool = True, conv: bool = True, attention: bool = True, t4: bool = True,
@@ -164,15 +175,13 @@ def compile_matrix(archs=(80, 90), *, gemm: bool = True, conv: bool = True, atte
         if conv:
             out.append(_conv_case(arch, 32, 16, 16, 4, 3))   # conv2d_triton's launch: its default blocks
         if attention:
-            for d in ATTENTION_HEAD_DIMS:
-                for bm, bn, warps, stages in (attention_configs() if arch >= 90 else ATTENTION_CONFIGS_SM80):
-                    out.append(_attention_case(arch, d, bm, bn, warps, stages))
+            out += _attention_cases(arch, "bf16")
     if t4:                                                    # a T4: fp16 (no bf16), FMAs (no tensor-core MMA)
         if gemm:
             for variant in ("tiled grouped", "persistent"):
                 out.append(gemm_case(variant, T4_CONFIG, 75, dtype="fp16", sms=40))
         if attention:
-            out.append(_attention_case(75, 64, 32, 32, 4, 2, dtype="fp16"))
+            out += _attention_cases(75, "fp16")
         if conv:
             out.append(_conv_case(75, 32, 16, 16, 4, 2))
     return out
@@ -215,13 +224,57 @@ def _compile_here(case: dict, keep_ptx: bool) -> dict:
     return out
 
 
-def compile_cases(todo: list[Case], *, processes: int = 2, keep_ptx: bool = False, timeout: int = 1200) -> list:
+def _cache_dir() -> Path:
+    return Path(os.environ.get("COURSE_COMPILE_CACHE") or Path.home() / ".cache" / "course_utils" / "compile")
+
+
+def _cache_key(case: Case, keep_ptx: bool) -> str:
+    """Changes with the case, the kernel's module source, the compile helpers' source and the Triton version."""
+    import hashlib
+    import importlib.util
+
+    import triton
+
+    module = case.kernel.split(":")[0]
+    sources = [importlib.util.find_spec(module).origin, __file__, str(Path(__file__).with_name("gpu_compile.py"))]
+    h = hashlib.sha256(json.dumps([asdict(case), keep_ptx, triton.__version__], sort_keys=True).encode())
+    for path in sources:
+        h.update(Path(path).read_bytes())
+    return h.hexdigest()[:32]
+
+
+def compile_cases(todo: list[Case], *, processes: int = 2, keep_ptx: bool = False, timeout: int = 1200,
+                  cache: bool = True) -> list:
     """Compile every case in ``processes`` fresh processes with Triton's compiler on; returns, per case,
     a :class:`~course_utils.gpu_compile.Compiled` (PTX kept only with ``keep_ptx``) or raises ``CompileError``
-    naming the cases that did not compile."""
+    naming the cases that did not compile.
+
+    With ``cache`` (the default) each result is kept on disk (``$COURSE_COMPILE_CACHE``, else
+    ``~/.cache/course_utils/compile``) under a key of the case, the kernel module's source, this module's and
+    ``gpu_compile``'s source and the Triton version, so only what changed is compiled again."""
     from .gpu_compile import CompileError, Compiled, _require_triton
 
     _require_triton()  # without Triton: TritonUnavailable, which a lesson's env.needs_triton turns into a notice
+    if cache:
+        keys = [_cache_key(c, keep_ptx) for c in todo]
+        found = {}
+        for i, key in enumerate(keys):
+            path = _cache_dir() / f"{key}.json"
+            if path.exists():
+                try:
+                    found[i] = json.loads(path.read_text())
+                except ValueError:
+                    pass
+        missing = [i for i in range(len(todo)) if i not in found]
+        fresh = compile_cases([todo[i] for i in missing], processes=processes, keep_ptx=keep_ptx, timeout=timeout,
+                              cache=False) if missing else []
+        _cache_dir().mkdir(parents=True, exist_ok=True)
+        for i, c in zip(missing, fresh):
+            tmp = _cache_dir() / f"{keys[i]}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(asdict(c)))
+            tmp.replace(_cache_dir() / f"{keys[i]}.json")
+            found[i] = asdict(c)
+        return [Compiled(**found[i]) for i in range(len(todo))]
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     chunks = [list(range(len(todo)))[i::processes] for i in range(max(1, processes))]
