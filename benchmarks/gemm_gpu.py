@@ -102,13 +102,17 @@ def dry_run(args) -> int:
     return 1 if failures else 0
 
 
-def _check(name, cfg, dev, dtype):
+def _check_shapes(args):
+    return CHECK_SHAPES[:1] if args.quick else CHECK_SHAPES   # quick: one ragged shape, then the timed shape itself
+
+
+def _check(name, cfg, dev, dtype, shapes=CHECK_SHAPES):
     """None when ``name`` at ``cfg`` is right on every ragged shape, else why not."""
     import torch
 
     from course_utils import gemm
 
-    for m, n, k in CHECK_SHAPES:
+    for m, n, k in shapes:
         a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
         want = a.float() @ b.float()
         if name == "warp-specialized":
@@ -136,7 +140,7 @@ def plan(args, arch: int = 90) -> dict:
     shapes = SHAPES[:1] if args.quick else SHAPES
     # one compile for the ragged check shapes and one for the aligned timed shapes (16-byte specializations)
     return {"script": "gemm_gpu", "arch": arch, "configs": len(configs), "shapes": shapes,
-            "checks": len(configs) * (len(CHECK_SHAPES) + len(shapes)), "timed_runs": len(shapes) * (1 + len(configs)),
+            "checks": len(configs) * (len(_check_shapes(args)) + len(shapes)), "timed_runs": len(shapes) * (1 + len(configs)),
             "compiles": 2 * len(configs)}
 
 
@@ -168,7 +172,7 @@ def gpu_run(args) -> int:
         for cfg in gemm.gpu_configs(vname, arch):
             key = f"{vname} @ {_label(cfg)}"
             try:
-                why = _check(vname, cfg, dev, dtype)
+                why = _check(vname, cfg, dev, dtype, _check_shapes(args))
             except Exception as exc:  # noqa: BLE001 - a compile or launch error is a failure too
                 why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
             rec.data["checks"][key] = why or "ok"
