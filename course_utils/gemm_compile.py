@@ -285,10 +285,13 @@ def compile_cases(todo: list[Case], *, processes: int = 2, keep_ptx: bool = Fals
         request = json.dumps({"keep_ptx": keep_ptx, "cases": [asdict(todo[i]) for i in chunk]})
         p = subprocess.Popen([sys.executable, "-m", "course_utils.gemm_compile"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT))
-        procs.append((chunk, p, request))
+        p.stdin.write(request)  # every process gets its whole request now, so they compile at the same time
+        p.stdin.close()
+        p.stdin = None          # (communicate() below only reads)
+        procs.append((chunk, p))
     results: list = [None] * len(todo)
-    for chunk, p, request in procs:
-        out, err = p.communicate(request, timeout=timeout)
+    for chunk, p in procs:
+        out, err = p.communicate(timeout=timeout)
         if p.returncode != 0:
             raise CompileError(f"compile process failed: {(err.strip().splitlines() or ['no output'])[-1]}")
         for i, data in zip(chunk, json.loads(out)):
