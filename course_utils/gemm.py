@@ -95,17 +95,24 @@ GPU_CONFIGS: dict[int, dict[str, list[Config]]] = {
         "descriptor (TMA)": [GPU_CONFIG, _SQUARE8],
         "descriptor persistent": [_SQUARE8],
     },
+    75: {   # a T4: fp16 (no bf16), 64 KiB of shared memory; 128x256 spills about 31 KB per thread there
+        "tiled row-major": [T4_CONFIG],
+        "tiled grouped": [T4_CONFIG],
+        "persistent": [T4_CONFIG],
+    },
 }
 
 
 def gpu_configs(variant: str, arch: int) -> list[Config]:
-    """The configurations the benchmark tries for ``variant`` on ``sm_<arch>`` (sm_80's below Hopper)."""
-    return GPU_CONFIGS[90 if arch >= 90 else 80].get(variant, [])
+    """The configurations the benchmark tries for ``variant`` on ``sm_<arch>`` (the generation at or below it)."""
+    return GPU_CONFIGS[90 if arch >= 90 else 80 if arch >= 80 else 75].get(variant, [])
 
 
 def _default_config(x: torch.Tensor, warp_specialize: bool = False) -> Config:
     if x.device.type == "cpu":
         return CPU_CONFIG
+    if torch.cuda.get_device_capability(x.device)[0] < 8:
+        return T4_CONFIG                      # sm_75: GPU_CONFIG's 128x256 tiles spill and overflow 64 KiB
     return WS_CONFIG if warp_specialize else GPU_CONFIG
 
 
