@@ -229,14 +229,14 @@ def _cache_dir() -> Path:
 
 
 def _cache_key(case: Case, keep_ptx: bool) -> str:
-    """Changes with the case, the kernel's module source, the compile helpers' source and the Triton version."""
+    """Changes with the case, the kernel's module source, ``gpu_compile``'s source and the Triton version."""
     import hashlib
     import importlib.util
 
     import triton
 
     module = case.kernel.split(":")[0]
-    sources = [importlib.util.find_spec(module).origin, __file__, str(Path(__file__).with_name("gpu_compile.py"))]
+    sources = [importlib.util.find_spec(module).origin, str(Path(__file__).with_name("gpu_compile.py"))]
     h = hashlib.sha256(json.dumps([asdict(case), keep_ptx, triton.__version__], sort_keys=True).encode())
     for path in sources:
         h.update(Path(path).read_bytes())
@@ -250,8 +250,8 @@ def compile_cases(todo: list[Case], *, processes: int = 2, keep_ptx: bool = Fals
     naming the cases that did not compile.
 
     With ``cache`` (the default) each result is kept on disk (``$COURSE_COMPILE_CACHE``, else
-    ``~/.cache/course_utils/compile``) under a key of the case, the kernel module's source, this module's and
-    ``gpu_compile``'s source and the Triton version, so only what changed is compiled again."""
+    ``~/.cache/course_utils/compile``) under a key of the case, the kernel module's source, ``gpu_compile``'s
+    source and the Triton version, so only what changed is compiled again."""
     from .gpu_compile import CompileError, Compiled, _require_triton
 
     _require_triton()  # without Triton: TritonUnavailable, which a lesson's env.needs_triton turns into a notice
