@@ -13,6 +13,13 @@ Tiers (COURSE_DESIGN.md, "Device tiers"):
 
 ``COURSE_TIER=cpu`` in the environment forces the CPU tier on a GPU machine (useful for checking
 that the CPU path of a notebook still works).
+
+``COURSE_TIER_SIMULATE=sm90`` (or ``cuda-sm80``, ``cuda-sm75``) simulates a GPU tier on a CPU, for CI's
+GPU-tier dry run (``tests/test_gpu_dry_run.py``): :func:`detect_tier` reports that tier, so every ``cuda`` /
+``sm90`` branch of a notebook runs, but tensors stay on the CPU (:attr:`Env.device`), Triton runs in its
+interpreter, :meth:`Env.size` gives the CPU tier's (tiny) problem sizes and :attr:`Env.low_precision` fp32
+(the interpreter's 16-bit dots are wrong). What the interpreter cannot judge (dtypes in compiled kernels,
+shared memory, spills) is covered by the ahead-of-time compile tests (``tests/test_compile_kernels.py``).
 """
 from __future__ import annotations
 
@@ -30,6 +37,23 @@ from .errors import TritonUnavailable
 __all__ = ["Env", "setup", "detect_tier", "import_triton", "seed_everything", "TritonUnavailable", "TRITON_MISSING", "TIERS"]
 
 TIERS = ("cpu", "cuda", "sm90")
+# COURSE_TIER_SIMULATE value -> (tier, compute capability as 10*major+minor, device, SMs)
+SIMULATED = {
+    "sm90": ("sm90", 90, "NVIDIA H100/H200 (sm_90)", 132),
+    "cuda-sm80": ("cuda", 80, "NVIDIA A100 (sm_80)", 108),
+    "cuda-sm75": ("cuda", 75, "NVIDIA T4 (sm_75)", 40),
+}
+
+
+def simulated() -> tuple[str, int, str, int] | None:
+    """``(tier, arch, device name, SMs)`` when ``COURSE_TIER_SIMULATE`` asks for a simulated GPU tier, else None."""
+    name = os.environ.get("COURSE_TIER_SIMULATE", "").strip().lower()
+    if not name:
+        return None
+    if name not in SIMULATED:
+        raise ValueError(f"COURSE_TIER_SIMULATE={name!r} is not a simulated tier; use one of {', '.join(SIMULATED)} "
+                         "or unset it.")
+    return SIMULATED[name]
 
 
 @dataclass(frozen=True)
@@ -41,6 +65,9 @@ class Env:
     triton_mode: str  # "compiled", "interpreted" or "missing"
     device_name: str  # e.g. "cpu (x86_64, 2 cores)" or "NVIDIA H200"
     versions: dict = field(default_factory=dict)  # package -> version string
+    arch: int | None = None  # the GPU's compute capability as 10*major+minor (90, 80, 75); None on the CPU tier
+    simulated: bool = False  # True under COURSE_TIER_SIMULATE: a GPU tier's branches, run on the CPU
+    sms: int = 4  # streaming multiprocessors (a pretend 4 on the CPU tier, so the interpreter runs few programs)
 
     @property
     def has_triton(self) -> bool:
@@ -61,7 +88,7 @@ class Env:
         """The torch device for this tier (``cuda`` for both GPU tiers)."""
         import torch
 
-        return torch.device("cpu" if self.tier == "cpu" else "cuda")
+        return torch.device("cpu" if self.tier == "cpu" or self.simulated else "cuda")
 
     @property
     def on_gpu(self) -> bool:
@@ -73,10 +100,24 @@ class Env:
 
     @property
     def low_precision(self):
-        """The 16-bit dtype for this tier: bf16 on a GPU, fp32 on the CPU (the interpreter's bf16 is wrong)."""
+        """The 16-bit dtype for this tier: bf16 on a GPU, fp16 on a T4 (sm_75: no bf16 tensor cores), fp32 on
+        the CPU and under a simulated tier (the interpreter's 16-bit dots are wrong)."""
         import torch
 
-        return torch.bfloat16 if self.on_gpu else torch.float32
+        if not self.on_gpu or self.simulated:
+            return torch.float32
+        return torch.float16 if (self.arch or 0) < 80 else torch.bfloat16
+
+    def size(self, cpu: Any, cuda: Any, sm90: Any = None) -> Any:
+        """:meth:`pick` for problem sizes: a simulated GPU tier runs the CPU tier's (tiny) sizes."""
+        return cpu if self.simulated else self.pick(cpu, cuda, sm90)
+
+    def synchronize(self) -> None:
+        """Wait for the GPU (a no-op on the CPU and under a simulated tier)."""
+        if self.on_gpu and not self.simulated:
+            import torch
+
+            torch.cuda.synchronize()
 
     def pick(self, cpu: Any, cuda: Any, sm90: Any = None) -> Any:
         """Choose a value (a size, a dtype, a repeat count) by tier; ``sm90`` defaults to ``cuda``."""
@@ -87,7 +128,7 @@ class Env:
     def describe(self) -> str:
         """The one line printed by :func:`setup`."""
         v = self.versions
-        parts = [f"tier={self.tier}", self.device_name, f"python {v.get('python', '?')}"]
+        parts = [f"tier={self.tier}" + (" (simulated on the CPU)" if self.simulated else ""), self.device_name, f"python {v.get('python', '?')}"]
         for pkg in ("numpy", "torch", "triton"):
             if pkg in v:
                 parts.append(f"{pkg} {v[pkg]}")
@@ -99,6 +140,9 @@ class Env:
 def detect_tier() -> str:
     """``cpu``, ``cuda`` or ``sm90`` from the visible CUDA device (``COURSE_TIER`` overrides)."""
     forced = os.environ.get("COURSE_TIER", "").strip().lower()
+    sim = simulated()
+    if sim and forced != "cpu":
+        return sim[0]
     if forced:
         if forced not in TIERS:
             raise ValueError(f"COURSE_TIER={forced!r} is not a tier; use one of {', '.join(TIERS)} or unset it.")
@@ -115,7 +159,7 @@ def detect_tier() -> str:
 
 def _configure_triton(tier: str) -> str:
     """Switch Triton to its interpreter on the CPU tier. Must run before any ``@triton.jit``."""
-    if tier == "cpu":
+    if tier == "cpu" or simulated():
         os.environ["TRITON_INTERPRET"] = "1"
     try:
         import triton  # noqa: F401
@@ -205,7 +249,7 @@ def import_triton(*, stub: bool = False):
     (``convolution``, ``gemm``, ``attention``) call it so that tests and plain scripts work without
     ``setup()``.
     """
-    if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ and detect_tier() == "cpu":
+    if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ and (detect_tier() == "cpu" or simulated()):
         os.environ["TRITON_INTERPRET"] = "1"
     try:
         import triton
@@ -240,6 +284,9 @@ def _versions() -> dict:
 
 
 def _device_name(tier: str) -> str:
+    sim = simulated()
+    if sim and tier != "cpu":
+        return f"cpu ({platform.machine()}) simulating {sim[2]}"
     if tier == "cpu":
         return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
     import torch
@@ -276,7 +323,16 @@ def setup(seed: int = 0, *, quiet: bool = False) -> Env:
     tier = detect_tier()
     triton_mode = _configure_triton(tier)
     seed_everything(seed)
-    env = Env(tier=tier, seed=seed, triton_mode=triton_mode, device_name=_device_name(tier), versions=_versions())
+    arch, sms, sim = None, 4, simulated()
+    if sim and tier != "cpu":
+        arch, sms = sim[1], sim[3]
+    elif tier != "cpu":
+        import torch
+
+        major, minor = torch.cuda.get_device_capability(0)
+        arch, sms = 10 * major + minor, torch.cuda.get_device_properties(0).multi_processor_count
+    env = Env(tier=tier, seed=seed, triton_mode=triton_mode, device_name=_device_name(tier), versions=_versions(),
+              arch=arch, simulated=bool(sim) and tier != "cpu", sms=sms)
     if "matplotlib" in sys.modules or "ipykernel" in sys.modules:
         from .plotting import apply_style
 
