@@ -18,7 +18,7 @@ import course_utils
 
 PACKAGE = Path(course_utils.__file__).resolve().parent
 ROOT = PACKAGE.parent
-BOTTOM = {"errors", "paths"}
+BOTTOM = {"errors", "paths", "topics"}
 RUNTIME = {"env", "checks", "tolerances", "bench", "plotting", "progress", "gpu_compile", "gemm_compile", "provenance"}
 INFRASTRUCTURE = BOTTOM | RUNTIME
 RANK = {"bottom": 0, "runtime": 1, "topic": 2, "classroom": 3, "grading": 4, "devtools": 4, "cli": 5, "shim": 5}
