@@ -5,7 +5,7 @@ Used by every lesson and problem set (``notebooks/``, ``solutions/``) as::
     from course_utils import setup
     env = setup(seed=0)
 
-Tiers (COURSE_DESIGN.md, "Device tiers"):
+Tiers (README.md, "Running on a GPU"; CONTRIBUTING.md):
 
 * ``cpu``  -- no CUDA device: everything runs, Triton through its interpreter, small sizes, fp32.
 * ``cuda`` -- a CUDA device: compiled Triton kernels, real sizes, bf16/fp16.
@@ -134,7 +134,7 @@ def configure_triton(tier: str | None = None) -> str:
 
 
 TRITON_MISSING = ("Triton is not installed on this machine (it installs only on Linux x86-64): {what} is skipped. "
-                  "To run it, use the course's container (README, 'Run it in a container') or a Linux x86-64 machine.")
+                  "To run it, use the course's container (README, 'The two commands') or a Linux x86-64 machine.")
 
 
 _configure_triton = configure_triton   # the name course_utils.doctor and older scripts use

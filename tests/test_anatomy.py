@@ -1,4 +1,4 @@
-"""The shape every lesson and problem set keeps (COURSE_DESIGN.md §3-4), checked on the committed files.
+"""The shape every lesson and problem set keeps (CONTRIBUTING.md, "Anatomy of a lesson" and "Problem sets"), checked on the committed files.
 
 * a lesson's header: `# NN · Title`, learning goals, prerequisites that name notebooks which exist,
   and a run time within 2x of the recorded CPU time (benchmarks/results/notebook_times_cpu.json);
