@@ -235,17 +235,8 @@ class _StubModule:
     def jit(self, fn=None, **kwargs):
         return _StubKernel(fn) if fn is not None else (lambda f: _StubKernel(f))
 
-    def autotune(self, *args, **kwargs):
-        return lambda kernel: kernel
-
-    def heuristics(self, *args, **kwargs):
-        return lambda kernel: kernel
-
     def cdiv(self, a, b):
         return -(-a // b)
-
-    def next_power_of_2(self, n):
-        return 1 << (int(n) - 1).bit_length()
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
