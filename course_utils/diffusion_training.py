@@ -18,7 +18,7 @@ from torch import nn
 from .bench import single_thread
 from .diffusion import Schedule, cosine_schedule, linear_schedule, q_sample
 
-__all__ = ["timestep_embedding", "TimeMLP", "TrainConfig", "CPU_PRESET", "train_denoiser", "make_data", "DiagMixture",
+__all__ = ["timestep_embedding", "TimeMLP", "DenoiserConfig", "CPU_PRESET", "train_denoiser", "make_data", "DiagMixture",
            "moons_mixture"]
 
 
@@ -49,7 +49,7 @@ class TimeMLP(nn.Module):
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class DenoiserConfig:
     """Everything that decides a training run, with the reason for each default."""
 
     T: int = 1000  # diffusion steps; 1000 as in DDPM, so the linear schedule ends near pure noise
@@ -70,10 +70,10 @@ class TrainConfig:
         raise ValueError(f"schedule must be 'linear' or 'cosine', not {self.schedule!r}")
 
 
-CPU_PRESET = TrainConfig()
+CPU_PRESET = DenoiserConfig()
 
 
-def train_denoiser(data: torch.Tensor, config: TrainConfig = CPU_PRESET, *, show_progress: bool = True):
+def train_denoiser(data: torch.Tensor, config: DenoiserConfig = CPU_PRESET, *, show_progress: bool = True):
     r"""Train a :class:`TimeMLP` with the DDPM loss (eq. 5) :math:`\|\epsilon - \epsilon_\theta(x_t, t)\|^2`.
 
     ``data`` is (N, D) float32. Returns ``(model, schedule, losses)`` with ``losses`` the per-step
