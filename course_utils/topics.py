@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Topic", "TOPICS", "by_number", "slugs", "library_modules", "subprocess_modules", "kernels", "package_index"]
+__all__ = ["Topic", "TOPICS", "by_number", "slugs", "library_modules", "subprocess_modules", "kernels", "package_index", "aliases"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,20 @@ class Topic:
     @property
     def lesson_paths(self) -> tuple[str, ...]:
         return tuple(f"notebooks/{stem}.ipynb" for stem in self.lessons)
+
+    @property
+    def alias(self) -> str:
+        """The notebooks' name for the topic's first library module; its other modules add their suffix (``conv_blocking``)."""
+        return _ALIASES[self.number]
+
+    def alias_of(self, module: str, *, grading: bool = False) -> str:
+        """The one alias notebooks import ``course_utils.<module>`` (``course_utils.grading.<module>`` with ``grading``) under."""
+        if grading and module in self.grading:  # the problem set's checks: `grading`, and `grading_<part>` for a second one
+            return "grading" if module == self.grading[0] else "grading" + module[len(self.grading[0]):]
+        head = self.library[0]
+        if not grading and module in self.library:
+            return self.alias + module[len(head):] if module.startswith(head) else module
+        raise KeyError(f"{module} is not a {'grading' if grading else 'library'} module of topic {self.number}")
 
     @property
     def problem_set(self) -> str:
@@ -67,6 +81,11 @@ TOPICS: tuple[Topic, ...] = (
 )
 
 
+# Short names of the topics, the stem of every alias (CONTRIBUTING.md, "One alias per module").
+_ALIASES = {"00": "fnd", "01": "fp", "02": "mp", "03": "cv", "04": "up", "05": "gemm", "06": "attn", "07": "slm",
+            "08": "tm", "09": "par", "10": "vae", "11": "diff", "12": "sde"}
+
+
 def by_number(number: str) -> Topic:
     for topic in TOPICS:
         if topic.number == number:
@@ -101,3 +120,14 @@ def package_index() -> str:
         text = f"``{head}[{'|'.join(grouped)}]``" if grouped else f"``{head}``"
         parts.append(f"{t.number} " + ", ".join([text, *(f"``{m}``" for m in others)]))
     return " · ".join(parts) + "."
+
+
+def aliases() -> dict[str, str]:
+    """``{"convolution": "cv", "convolution_blocking": "cv_blocking", "grading.convolution": "grading", ...}``: the one
+    alias of every topic module, and of its grading modules (keys prefixed ``grading.``)."""
+    out = {}
+    for t in TOPICS:
+        out.update({m: t.alias_of(m) for m in t.library})
+        out.update({f"grading.{m}": t.alias_of(m, grading=True) for m in t.grading})
+    out["gemm_compile"] = "gemm_compile"
+    return out
