@@ -10,6 +10,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from course_utils.env import configure_numba, configure_triton  # noqa: E402
+
+# What setup() does first in every notebook, done once for the test session (importing a course module changes
+# nothing): Triton's interpreter on a CPU, before any kernel module imports Triton; Numba's two options.
+configure_triton()
+configure_numba()
+
 
 def nbgrader(grade_id: str, *, solution: bool = False, grade: bool = False, points: int | None = None) -> dict:
     meta = {"grade": grade, "grade_id": grade_id, "locked": not solution, "schema_version": 3, "solution": solution, "task": False}
