@@ -211,9 +211,6 @@ def count_module_parameters(model: nn.Module, *, embeddings: bool = True) -> int
     return sum(p.numel() for name, p in model.named_parameters() if embeddings or "embed" not in name)
 
 
-# The old name, still called by lesson 07's notebooks (edited on another branch); rename their calls, then delete it.
-count_parameters = count_module_parameters
-
 
 @torch.no_grad()
 def generate(model: TinyDecoder, prompt, n_new: int, *, temperature: float = 0.0, generator=None, use_cache: bool = True):
