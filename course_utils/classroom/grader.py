@@ -45,7 +45,7 @@ from ..paths import ROOT
 from .assignments import exercise_name, is_graded, nbgrader_meta
 from .pristine import KernelSession, preamble_namespace, run_check, tampered
 
-__all__ = ["GradingInputError", "KernelStartError", "ExerciseResult", "GradeReport", "NOT_ATTEMPTED_ERRORS", "FAILED_ERRORS", "EXIT_FULL", "EXIT_PARTIAL", "EXIT_BAD_INPUT", "EXIT_NO_KERNEL", "read_notebook", "find_pristine", "grade_notebook", "write_json"]
+__all__ = ["GradingInputError", "KernelStartError", "SandboxUnavailableError", "DEFAULT_CELL_TIMEOUT", "ExerciseResult", "GradeReport", "NOT_ATTEMPTED_ERRORS", "FAILED_ERRORS", "EXIT_FULL", "EXIT_PARTIAL", "EXIT_BAD_INPUT", "EXIT_NO_KERNEL", "read_notebook", "find_pristine", "grade_notebook", "write_json"]
 
 EXIT_FULL, EXIT_PARTIAL, EXIT_BAD_INPUT, EXIT_NO_KERNEL = 0, 1, 2, 3
 NOT_ATTEMPTED_ERRORS = {"NotAttempted", "NotImplementedError"}
@@ -59,6 +59,13 @@ class GradingInputError(ValueError):
 
 class KernelStartError(RuntimeError):
     """No kernel could be started to execute the notebook."""
+
+
+class SandboxUnavailableError(KernelStartError):
+    """Grading with isolation was asked for (the default) and no bubblewrap sandbox can be made here."""
+
+
+DEFAULT_CELL_TIMEOUT = 60  # seconds per cell, for ``grade`` and ``grade-class`` alike
 
 
 @dataclass
@@ -162,30 +169,50 @@ def find_pristine(path: Path, nb) -> Path:
     return best
 
 
-def _cells_status(cells, timed_out: set[int], dead_at: int | None, graded_index: int, cell_timeout: float):
+def cell_name(cell) -> str:
+    """A cell as a learner finds it in Jupyter: by its first line (Jupyter shows no cell indexes)."""
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+    first = first if len(first) <= 50 else first[:47] + "..."
+    return f'the cell that starts "{first}"' if first else "an empty cell"
+
+
+def _cells_status(cells, timed_out: set[int], dead_at: int | None, graded_index: int, cell_timeout: float, nb=None):
     """A learner cell of the exercise that timed out or killed the kernel decides the status."""
-    for index, _cell in cells:
+    for index, cell in cells:
         if index in timed_out:
-            return "timed out", f"cell {index} ran longer than {_num(cell_timeout)} s and was interrupted; look for an endless loop."
+            return "timed out", f"{cell_name(cell)} ran longer than {_num(cell_timeout)} s and was interrupted; look for an endless loop."
     if dead_at is not None and dead_at <= graded_index:
-        return "error", f"the kernel died or stopped answering while running cell {dead_at} (a crash, running out of memory, or a loop that ignores interrupts)."
+        where = cell_name(nb.cells[dead_at]) if nb is not None else "a cell"
+        return "error", (f"the kernel died or stopped answering while running {where} (a crash, running out of memory, "
+                         "or a loop that ignores interrupts).")
     return None
 
 
 def _earlier_error(cells) -> tuple[str, str] | None:
-    for index, cell in cells:
+    for _index, cell in cells:
         error = _error_of(cell)
         if error is not None:
             ename, evalue = error
             if ename in NOT_ATTEMPTED_ERRORS:
                 return "not attempted", _one_line(evalue) or "not attempted yet."
-            return "error", _one_line(f"cell {index} raised {ename}: {evalue}")
+            return "error", _one_line(f"{cell_name(cell)} raised {ename}: {evalue}")
     return None
 
 
-def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: str = "python3", startup_timeout: float = 60,
-                   pristine: Path | str | None = None) -> GradeReport:
-    """Execute a copy of the notebook at ``path`` and grade each exercise against the pristine checks."""
+def grade_notebook(path: Path | str, *, cell_timeout: float = DEFAULT_CELL_TIMEOUT, kernel_name: str = "python3",
+                   startup_timeout: float = 60, pristine: Path | str | None = None, sandbox: bool | None = None,
+                   course: Path | str | None = None, limits=None) -> GradeReport:
+    """Execute a copy of the notebook at ``path`` and grade each exercise against the pristine checks.
+
+    ``sandbox=True`` (the default, unless the environment sets ``L2K_NO_SANDBOX=1``) runs the learner's kernel
+    in a bubblewrap sandbox (see :mod:`course_utils.classroom.sandbox`) and raises
+    :class:`SandboxUnavailableError` where none can be made; ``course`` is a prepared
+    :func:`~course_utils.classroom.sandbox.course_copy` to reuse."""
+    from . import sandbox as box
+
+    if sandbox is None:
+        sandbox = box.sandbox_wanted()
+
     from jupyter_client.kernelspec import NoSuchKernel
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
@@ -217,13 +244,24 @@ def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: 
     timed_out: set[int] = set()
     dead_at: int | None = None
     started = time.monotonic()
+    if sandbox and box.sandbox_problem():
+        raise SandboxUnavailableError(box.sandbox_problem())
     workdir = Path(tempfile.mkdtemp(prefix="l2k-grade-"))
+    own_course = None
+    if sandbox:
+        if course is None:
+            course = own_course = box.course_copy(workdir.with_name(workdir.name + "-course"))
+        code_cells = sum(c.cell_type == "code" for c in nb.cells)
+        limits = limits or box.Limits(cpu_seconds=int(cell_timeout * (code_cells + len(graded)) + 300))
+        client.km = box.SandboxedKernelManager(course=Path(course), notebook=path.resolve(), shared=workdir, limits=limits,
+                                               kernel_name=kernel_name)
     preamble = preamble_namespace(reference)
     # the learner's cells of each exercise: those after the previous graded cell, in the submission's order
     positions = sorted((i, gid) for gid, (i, _c) in submitted.items())
     try:
-        with client.setup_kernel(stderr=subprocess.DEVNULL):  # kernel log lines are noise to a learner
-            session = KernelSession(client, cell_timeout, workdir)
+        with client.setup_kernel(stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL):  # kernel log lines are noise
+            session = KernelSession(client, cell_timeout, workdir, sandboxed=sandbox)
+            session.warm_up(max(startup_timeout, cell_timeout))  # the grader's own imports do not count against a cell
             cursor = 0
             for check in graded:
                 meta = nbgrader_meta(check)
@@ -251,7 +289,12 @@ def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: 
                 cursor = stop + 1 if grade_id in submitted else stop
                 max_points = float(meta.get("points", 0))
                 verdict = tampered(check, submitted.get(grade_id, (None, None))[1])
-                status_hint = ("tampered", verdict) if verdict else _cells_status(cells, timed_out, dead_at, stop, cell_timeout)
+                status_hint = ("tampered", verdict) if verdict else _cells_status(cells, timed_out, dead_at, stop, cell_timeout, nb)
+                if status_hint is not None and status_hint[0] == "timed out" and not session.dead:
+                    # what ran before the hang (a correct function, then an endless loop) is still graded
+                    checked = run_check(check.source, preamble, session)
+                    if checked[0] == "passed":
+                        status_hint = ("passed", f"passed with what ran before the interruption; {status_hint[1]}")
                 if status_hint is None:
                     status_hint = run_check(check.source, preamble, session)
                     if status_hint[0] == "error" and _earlier_error(cells):
@@ -279,6 +322,8 @@ def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: 
         raise
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        if own_course is not None:
+            shutil.rmtree(own_course, ignore_errors=True)
     report.seconds = time.monotonic() - started
     for index, cell in enumerate(nb.cells):
         error = _error_of(cell) if cell.cell_type == "code" else None

@@ -282,10 +282,11 @@ def _answer(request: dict, arrays: list) -> dict:
         args, kwargs = request["args"], request["kwargs"]
         snapshot = _snapshot(args, kwargs)
         hit = None
-        if request.get("forbidden"):
+        forbidden = _present(request.get("forbidden") or ())
+        if forbidden:
             from .forbidden import _ForbiddenGuard
 
-            with _ForbiddenGuard(request["forbidden"]) as guard:
+            with _ForbiddenGuard(forbidden) as guard:
                 result = target(*args, **kwargs)
             hit = guard.hit
         else:
@@ -293,6 +294,21 @@ def _answer(request: dict, arrays: list) -> dict:
         changes = [[path, what, encode(value, arrays)] for path, what, value in _mutations(snapshot, args, kwargs)]
         return {"value": encode(result, arrays), "hit": hit, "mutated": changes}
     raise ValueError(f"unknown request {op!r}")
+
+
+def _present(names) -> tuple:
+    """Forbidden names minus the grading references a sandboxed kernel does not have (nothing can call them there)."""
+    from .forbidden import _resolve
+
+    kept = []
+    for dotted in names:
+        if dotted.startswith("course_utils.grading."):
+            try:
+                _resolve(dotted)
+            except (AttributeError, ValueError):
+                continue
+        kept.append(dotted)
+    return tuple(kept)
 
 
 # ------------------------------------------------------------------------------- grader side proxy
