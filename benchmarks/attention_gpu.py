@@ -39,11 +39,11 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from course_utils.env import detect_tier  # noqa: E402
+from course_utils.env import configure_triton, detect_tier  # noqa: E402
 
 TIER = detect_tier()  # "cpu", "cuda" or "sm90"; COURSE_TIER=cpu forces the CPU tier on a GPU machine
 
-# Importing the kernel module switches Triton to its interpreter on the CPU tier before Triton is imported.
+configure_triton(TIER)  # on the CPU tier: Triton's interpreter, chosen before the kernel module imports Triton
 from course_utils import attention_io as aio  # noqa: E402
 from course_utils import attention_triton as att  # noqa: E402
 from course_utils import provenance  # noqa: E402

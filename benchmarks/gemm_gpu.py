@@ -186,7 +186,9 @@ def main(argv=None) -> int:
     if args.dry_run:  # before anything imports Triton: the interpreter, whatever the machine has
         os.environ["COURSE_TIER"] = "cpu"
         os.environ["TRITON_INTERPRET"] = "1"
-    from course_utils.env import detect_tier  # the course's one definition of the tier (COURSE_TIER overrides)
+    from course_utils.env import configure_triton, detect_tier  # the course's one definition of the tier (COURSE_TIER overrides)
+
+    configure_triton()  # before a kernel module imports Triton: the interpreter on the CPU tier
 
     if args.dry_run or detect_tier() == "cpu":
         return dry_run(args)

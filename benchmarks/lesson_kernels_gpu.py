@@ -113,7 +113,9 @@ def main(argv=None) -> int:
     if args.dry_run:  # before Triton is imported: the interpreter, whatever the machine has
         os.environ["COURSE_TIER"] = "cpu"
         os.environ["TRITON_INTERPRET"] = "1"
-    from course_utils.env import detect_tier
+    from course_utils.env import configure_triton, detect_tier
+
+    configure_triton()  # before a kernel module imports Triton: the interpreter on the CPU tier
     from course_utils.provenance import machine_info, results_path
 
     dry = args.dry_run or detect_tier() == "cpu"

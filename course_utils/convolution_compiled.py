@@ -19,9 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from .convolution import conv_output_size
-from .convolution_machine import register_tile, register_tile_shape, vector_isa  # first: lets LLVM use 512-bit vectors
+from .convolution_machine import register_tile, register_tile_shape, vector_isa
 
-import numba  # noqa: E402  (after convolution_machine, which configures Numba's code generation)
+import numba  # noqa: E402  (Numba's options: env.configure_numba(), which setup() calls before this import)
 
 __all__ = ["MR", "NR", "BLOCKS", "pack_a", "pack_b", "micro_kernel", "gemm_compiled", "gemm_compiled_parallel",
            "conv2d_im2col_compiled", "conv2d_direct_compiled", "pack_b_from_image", "aligned_empty", "workspace"]

@@ -5,7 +5,7 @@ Used by every lesson and problem set (``notebooks/``, ``solutions/``) as::
     from course_utils import setup
     env = setup(seed=0)
 
-Tiers (COURSE_DESIGN.md, "Device tiers"):
+Tiers (README.md, "Running on a GPU"; CONTRIBUTING.md):
 
 * ``cpu``  -- no CUDA device: everything runs, Triton through its interpreter, small sizes, fp32.
 * ``cuda`` -- a CUDA device: compiled Triton kernels, real sizes, bf16/fp16.
@@ -27,7 +27,8 @@ import numpy as np
 
 from .errors import TritonUnavailable
 
-__all__ = ["Env", "setup", "detect_tier", "import_triton", "seed_everything", "TritonUnavailable", "TRITON_MISSING", "TIERS"]
+__all__ = ["Env", "setup", "detect_tier", "configure_triton", "configure_numba", "prefer_wide_vectors", "prefer_workqueue_threads",
+           "import_triton", "seed_everything", "TritonUnavailable", "TRITON_MISSING", "TIERS"]
 
 TIERS = ("cpu", "cuda", "sm90")
 
@@ -113,8 +114,16 @@ def detect_tier() -> str:
     return "sm90" if major == 9 else "cuda"
 
 
-def _configure_triton(tier: str) -> str:
-    """Switch Triton to its interpreter on the CPU tier. Must run before any ``@triton.jit``."""
+def configure_triton(tier: str | None = None) -> str:
+    """Switch Triton to its interpreter on the CPU tier (``TRITON_INTERPRET=1``); returns the mode.
+
+    The explicit call that :func:`setup` makes: importing a course module never changes the process's
+    environment. Run it before anything imports Triton or defines a kernel (a kernel module such as
+    ``course_utils.convolution`` does both): Triton reads the switch when a kernel is defined. Scripts and
+    test sessions that use kernels without ``setup()`` call it first.
+    Returns ``"interpreted"``, ``"compiled"`` or ``"missing"``.
+    """
+    tier = tier or detect_tier()
     if tier == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     try:
@@ -125,7 +134,65 @@ def _configure_triton(tier: str) -> str:
 
 
 TRITON_MISSING = ("Triton is not installed on this machine (it installs only on Linux x86-64): {what} is skipped. "
-                  "To run it, use the course's container (README, 'Run it in a container') or a Linux x86-64 machine.")
+                  "To run it, use the course's container (README, 'The two commands') or a Linux x86-64 machine.")
+
+
+_configure_triton = configure_triton   # the name course_utils.doctor and older scripts use
+
+
+def prefer_wide_vectors() -> str | None:
+    """Let Numba's LLVM use 512-bit vectors on AVX-512 CPUs (before the first compilation in the process).
+
+    LLVM tunes Intel AVX-512 cores to prefer 256-bit vectors (to avoid the clock drop of early AVX-512 parts); for a
+    GEMM micro-kernel that halves the lanes per instruction. Appending ``-prefer-256-bit`` to the host's feature
+    string lifts that. Returns the feature string set, or None where nothing changed.
+    """
+    if os.environ.get("NUMBA_CPU_FEATURES") or not _has_avx512():
+        return None
+    import llvmlite.binding as ll
+
+    features = ll.get_host_cpu_features().flatten()
+    if "+avx512f" not in features.split(","):
+        return None
+    # Numba rereads its environment variables before compiling, so the setting goes there (and into its config).
+    os.environ["NUMBA_CPU_FEATURES"] = features + ",-prefer-256-bit"
+    _reload_numba_config()
+    return os.environ["NUMBA_CPU_FEATURES"]
+
+
+def prefer_workqueue_threads() -> None:
+    """Run Numba's ``prange`` loops on its own ``workqueue`` threads rather than on OpenMP (before the first parallel run).
+
+    PyTorch keeps OpenMP threads of its own; with Numba's OpenMP layer as well, the two pools compete for the same
+    cores, and on the course's 2-core machine the compiled GEMM ran 5 to 10x slower on two threads than on one.
+    With ``workqueue`` it ran faster on two, as it should.
+    """
+    os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
+    _reload_numba_config()
+
+
+def configure_numba() -> None:
+    """The course's two Numba settings (:func:`prefer_wide_vectors`, :func:`prefer_workqueue_threads`).
+
+    The explicit call that :func:`setup` makes (importing ``course_utils.convolution_machine`` changes nothing);
+    it must come before Numba compiles anything in the process, so scripts that use the compiled GEMM without
+    ``setup()`` call it first.
+    """
+    prefer_wide_vectors()
+    prefer_workqueue_threads()
+
+
+def _has_avx512() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx512f" in line for line in f)
+    except OSError:  # not Linux: ask LLVM
+        return True
+
+
+def _reload_numba_config() -> None:
+    if "numba" in sys.modules:  # otherwise Numba reads the environment when it is imported
+        sys.modules["numba"].config.reload_config()
 
 
 class _NeedsTriton:
@@ -168,17 +235,8 @@ class _StubModule:
     def jit(self, fn=None, **kwargs):
         return _StubKernel(fn) if fn is not None else (lambda f: _StubKernel(f))
 
-    def autotune(self, *args, **kwargs):
-        return lambda kernel: kernel
-
-    def heuristics(self, *args, **kwargs):
-        return lambda kernel: kernel
-
     def cdiv(self, a, b):
         return -(-a // b)
-
-    def next_power_of_2(self, n):
-        return 1 << (int(n) - 1).bit_length()
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -199,14 +257,10 @@ def import_triton(*, stub: bool = False):
     None: kernel cells still define their kernels, and launching one raises :class:`TritonUnavailable`,
     which ``with env.needs_triton(...)`` turns into a one-line notice.
 
-    Triton decides between its interpreter and its compiler when it is imported, so on the CPU tier
-    this switches to the interpreter first, exactly as :func:`setup` does, unless something already
-    decided (an explicit ``TRITON_INTERPRET``, or Triton already imported). Kernel modules
-    (``convolution``, ``gemm``, ``attention``) call it so that tests and plain scripts work without
-    ``setup()``.
+    Importing changes nothing in the process: on a CPU, Triton's interpreter is chosen by
+    :func:`configure_triton`, which :func:`setup` calls (scripts that use kernels without ``setup()`` call
+    it before importing a kernel module).
     """
-    if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ and detect_tier() == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"
     try:
         import triton
         import triton.language as tl
@@ -274,7 +328,8 @@ def setup(seed: int = 0, *, quiet: bool = False) -> Env:
     Tag that cell ``nbval-ignore-output``.
     """
     tier = detect_tier()
-    triton_mode = _configure_triton(tier)
+    triton_mode = configure_triton(tier)
+    configure_numba()
     seed_everything(seed)
     env = Env(tier=tier, seed=seed, triton_mode=triton_mode, device_name=_device_name(tier), versions=_versions())
     if "matplotlib" in sys.modules or "ipykernel" in sys.modules:

@@ -11,6 +11,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from course_utils.env import configure_numba, configure_triton  # noqa: E402
+
+# What setup() does first in every notebook, done once for the test session (importing a course module changes
+# nothing): Triton's interpreter on a CPU, before any kernel module imports Triton; Numba's two options.
+configure_triton()
+configure_numba()
+
 
 def _sandbox_or_explicit_opt_out() -> None:
     """Grading refuses to run unsandboxed unless told; without bubblewrap the suite says so and opts out explicitly
