@@ -48,7 +48,8 @@ def _grade(args) -> int:
 
     try:
         report = grade_notebook(Path(args.path), cell_timeout=args.cell_timeout, pristine=args.pristine,
-                                sandbox=False if args.no_sandbox else None)
+                                sandbox=False if args.no_sandbox else None,
+                                progress=lambda e: print(f"  {e.name}: {e.status}", file=sys.stderr, flush=True))
     except GradingInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

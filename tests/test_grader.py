@@ -121,6 +121,7 @@ def test_cli_exit_codes_table_and_json(write_notebook, tmp_path):
     assert "total" in full.stdout and "5/5" in full.stdout
     data = json.loads((tmp_path / "out.json").read_text())
     assert data["total"] == 5 and [e["status"] for e in data["exercises"]] == ["passed", "passed"]
+    assert "  ex1_double: passed\n  ex2_triple: passed" in full.stderr  # progress per exercise
 
     partial = run_cli("grade", str(write_notebook(toy_problem_set(double_body="return x * x"), "partial.ipynb")), "--pristine", pristine)
     assert partial.returncode == 1 and "failed" in partial.stdout and "3/5" in partial.stdout

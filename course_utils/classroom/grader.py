@@ -286,13 +286,13 @@ def _record(report: GradeReport, check, status: str, hint: str, stop: int) -> No
 
 def grade_notebook(path: Path | str, *, cell_timeout: float = DEFAULT_CELL_TIMEOUT, kernel_name: str = "python3",
                    startup_timeout: float = 60, pristine: Path | str | None = None, sandbox: bool | None = None,
-                   course: Path | str | None = None, limits=None) -> GradeReport:
+                   course: Path | str | None = None, limits=None, progress=None) -> GradeReport:
     """Execute a copy of the notebook at ``path`` and grade each exercise against the pristine checks.
 
     ``sandbox=True`` (the default, unless the environment sets ``L2K_NO_SANDBOX=1``) runs the learner's kernel
     in a bubblewrap sandbox (see :mod:`course_utils.classroom.sandbox`) and raises
     :class:`SandboxUnavailableError` where none can be made; ``course`` is a prepared
-    :func:`~course_utils.classroom.sandbox.course_copy` to reuse.
+    :func:`~course_utils.classroom.sandbox.course_copy` to reuse. ``progress(result)`` is called after each exercise.
 
     Per exercise: run the learner's cells that precede its graded cell, then judge it (:func:`_verdict`) with the
     pristine check running here against the learner's kernel. Cells after the last exercise still run, so that
@@ -332,6 +332,8 @@ def grade_notebook(path: Path | str, *, cell_timeout: float = DEFAULT_CELL_TIMEO
                 cells = run.run_learner_cells(sub, cursor, stop)
                 cursor = next_cursor
                 _record(report, check, *_verdict(check, sub, cells, run, stop, preamble), stop)
+                if progress is not None:
+                    progress(report.exercises[-1])
             run.run_learner_cells(sub, cursor, len(sub.nb.cells))  # what follows the last exercise still runs
     except NoSuchKernel:
         raise KernelStartError(f"no Jupyter kernel named {kernel_name!r}; install ipykernel in this environment.") from None
