@@ -4,6 +4,11 @@ Used by ``make grade NB=...``, by ``grade-class`` (:mod:`course_utils.gradebook`
 (solutions grade full marks, untouched exercises grade zero, attacks score zero) and by instructors
 who do not run nbgrader.
 
+**The learner's kernel is sandboxed** (:mod:`course_utils.classroom.sandbox`, bubblewrap): it sees its own
+notebook and a copy of the course without ``solutions/`` and without the grading references, no other
+submission, no network, and nothing it writes outlives it. Without bubblewrap, grading refuses unless
+``sandbox=False`` (``--no-sandbox``) is given.
+
 **The verdict is taken where the learner's code cannot reach.** The learner's notebook runs in a
 fresh Jupyter kernel, in its own folder, with a time limit per cell; the file itself is never written.
 Its graded cells are *not* run there. For each graded cell of the course's pristine copy of the
