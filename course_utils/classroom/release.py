@@ -52,7 +52,7 @@ def _copy(x):
 
 def _recorder(sink: list, probe):
     def check_function(learner_fn, reference_fn, make_inputs, *, name, trials=3, seed=None, rtol=None, atol=None, n=None,
-                       mistakes=(), check_inputs_unchanged=True, forbidden=(), quiet=False):
+                       mistakes=(), check_inputs_unchanged=True, forbidden=(), quiet=False, **_later_options):
         direct = learner_fn is probe or _passes_through(learner_fn, probe, make_inputs)
         entry = {"name": name, "direct": direct, "rtol": rtol, "atol": atol, "n": n,
                  "check_inputs_unchanged": check_inputs_unchanged, "forbidden": [f for f in forbidden
