@@ -4,6 +4,11 @@ Used by ``make grade NB=...``, by ``grade-class`` (:mod:`course_utils.gradebook`
 (solutions grade full marks, untouched exercises grade zero, attacks score zero) and by instructors
 who do not run nbgrader.
 
+**The learner's kernel is sandboxed** (:mod:`course_utils.classroom.sandbox`, bubblewrap): it sees its own
+notebook and a copy of the course without ``solutions/`` and without the grading references, no other
+submission, no network, and nothing it writes outlives it. Without bubblewrap, grading refuses unless
+``sandbox=False`` (``--no-sandbox``) is given.
+
 **The verdict is taken where the learner's code cannot reach.** The learner's notebook runs in a
 fresh Jupyter kernel, in its own folder, with a time limit per cell; the file itself is never written.
 Its graded cells are *not* run there. For each graded cell of the course's pristine copy of the
@@ -46,7 +51,7 @@ from .assignments import exercise_name, is_graded, nbgrader_meta
 from .notebooks import GradingInputError, error_of, number, one_line, read_notebook
 from .pristine import KernelSession, preamble_namespace, run_check, tampered
 
-__all__ = ["GradingInputError", "KernelStartError", "ExerciseResult", "GradeReport", "NOT_ATTEMPTED_ERRORS", "FAILED_ERRORS", "EXIT_FULL", "EXIT_PARTIAL", "EXIT_BAD_INPUT", "EXIT_NO_KERNEL", "read_notebook", "find_pristine", "grade_notebook", "write_json"]
+__all__ = ["GradingInputError", "KernelStartError", "SandboxUnavailableError", "DEFAULT_CELL_TIMEOUT", "cell_name", "ExerciseResult", "GradeReport", "NOT_ATTEMPTED_ERRORS", "FAILED_ERRORS", "EXIT_FULL", "EXIT_PARTIAL", "EXIT_BAD_INPUT", "EXIT_NO_KERNEL", "read_notebook", "find_pristine", "grade_notebook", "write_json"]
 
 EXIT_FULL, EXIT_PARTIAL, EXIT_BAD_INPUT, EXIT_NO_KERNEL = 0, 1, 2, 3
 NOT_ATTEMPTED_ERRORS = {"NotAttempted", "NotImplementedError"}
@@ -55,6 +60,13 @@ FAILED_ERRORS = {"CheckFailed", "AssertionError", "ForbiddenCall"}
 
 class KernelStartError(RuntimeError):
     """No kernel could be started to execute the notebook."""
+
+
+class SandboxUnavailableError(KernelStartError):
+    """Grading with isolation was asked for (the default) and no bubblewrap sandbox can be made here."""
+
+
+DEFAULT_CELL_TIMEOUT = 60  # seconds per cell, for ``grade`` and ``grade-class`` alike
 
 
 @dataclass
@@ -127,24 +139,33 @@ def find_pristine(path: Path, nb) -> Path:
     return best
 
 
-def _cells_status(cells, timed_out: set[int], dead_at: int | None, graded_index: int, cell_timeout: float):
+def cell_name(cell) -> str:
+    """A cell as a learner finds it in Jupyter: by its first line (Jupyter shows no cell indexes)."""
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+    first = first if len(first) <= 50 else first[:47] + "..."
+    return f'the cell that starts "{first}"' if first else "an empty cell"
+
+
+def _cells_status(cells, timed_out: set[int], dead_at: int | None, graded_index: int, cell_timeout: float, nb=None):
     """A learner cell of the exercise that timed out or killed the kernel decides the status."""
-    for index, _cell in cells:
+    for index, cell in cells:
         if index in timed_out:
-            return "timed out", f"cell {index} ran longer than {number(cell_timeout)} s and was interrupted; look for an endless loop."
+            return "timed out", f"{cell_name(cell)} ran longer than {number(cell_timeout)} s and was interrupted; look for an endless loop."
     if dead_at is not None and dead_at <= graded_index:
-        return "error", f"the kernel died or stopped answering while running cell {dead_at} (a crash, running out of memory, or a loop that ignores interrupts)."
+        where = cell_name(nb.cells[dead_at]) if nb is not None else "a cell"
+        return "error", (f"the kernel died or stopped answering while running {where} (a crash, running out of memory, "
+                         "or a loop that ignores interrupts).")
     return None
 
 
 def _earlier_error(cells) -> tuple[str, str] | None:
-    for index, cell in cells:
+    for _index, cell in cells:
         error = error_of(cell)
         if error is not None:
             ename, evalue = error
             if ename in NOT_ATTEMPTED_ERRORS:
                 return "not attempted", one_line(evalue) or "not attempted yet."
-            return "error", one_line(f"cell {index} raised {ename}: {evalue}")
+            return "error", one_line(f"{cell_name(cell)} raised {ename}: {evalue}")
     return None
 
 
@@ -241,7 +262,12 @@ def _verdict(check, sub: _Submission, cells, run: _Execution, stop: int, preambl
     problem = tampered(check, sub.submitted.get(grade_id, (None, None))[1])
     if problem:
         return "tampered", problem
-    status_hint = _cells_status(cells, run.timed_out, run.dead_at, stop, run.cell_timeout)
+    status_hint = _cells_status(cells, run.timed_out, run.dead_at, stop, run.cell_timeout, sub.nb)
+    if status_hint is not None and status_hint[0] == "timed out" and not run.session.dead:
+        # what ran before the hang (a correct function, then an endless loop) is still graded
+        checked = run_check(check.source, preamble, run.session)
+        if checked[0] == "passed":
+            return "passed", f"passed with what ran before the interruption; {status_hint[1]}"
     if status_hint is not None:
         return status_hint
     status_hint = run_check(check.source, preamble, run.session)
@@ -263,9 +289,15 @@ def _record(report: GradeReport, check, status: str, hint: str, stop: int) -> No
         report.cell_errors.append({"cell": stop, "ename": ename, "evalue": hint[:300], "check": meta["grade_id"]})
 
 
-def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: str = "python3", startup_timeout: float = 60,
-                   pristine: Path | str | None = None) -> GradeReport:
+def grade_notebook(path: Path | str, *, cell_timeout: float = DEFAULT_CELL_TIMEOUT, kernel_name: str = "python3",
+                   startup_timeout: float = 60, pristine: Path | str | None = None, sandbox: bool | None = None,
+                   course: Path | str | None = None, limits=None, progress=None) -> GradeReport:
     """Execute a copy of the notebook at ``path`` and grade each exercise against the pristine checks.
+
+    ``sandbox=True`` (the default, unless the environment sets ``L2K_NO_SANDBOX=1``) runs the learner's kernel
+    in a bubblewrap sandbox (see :mod:`course_utils.classroom.sandbox`) and raises
+    :class:`SandboxUnavailableError` where none can be made; ``course`` is a prepared
+    :func:`~course_utils.classroom.sandbox.course_copy` to reuse. ``progress(result)`` is called after each exercise.
 
     Per exercise: run the learner's cells that precede its graded cell, then judge it (:func:`_verdict`) with the
     pristine check running here against the learner's kernel. Cells after the last exercise still run, so that
@@ -273,23 +305,40 @@ def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: 
     """
     from jupyter_client.kernelspec import NoSuchKernel
 
+    from . import sandbox as box
+
+    if sandbox is None:
+        sandbox = box.sandbox_wanted()
     path = Path(path)
     sub = _line_up(path, pristine)
     client = _client(sub.nb, path, cell_timeout, startup_timeout, kernel_name)
     report = GradeReport(notebook=str(path), cell_timeout=cell_timeout)
     started = time.monotonic()
+    if sandbox and box.sandbox_problem():
+        raise SandboxUnavailableError(box.sandbox_problem())
     workdir = Path(tempfile.mkdtemp(prefix="l2k-grade-"))
+    own_course = None
+    if sandbox:
+        if course is None:
+            course = own_course = box.course_copy(workdir.with_name(workdir.name + "-course"))
+        code_cells = sum(c.cell_type == "code" for c in sub.nb.cells)
+        limits = limits or box.Limits(cpu_seconds=int(cell_timeout * (code_cells + len(sub.graded)) + 300))
+        client.km = box.SandboxedKernelManager(course=Path(course), notebook=path.resolve(), shared=workdir, limits=limits,
+                                               kernel_name=kernel_name)
     preamble = preamble_namespace(sub.reference)
     run: _Execution | None = None
     try:
-        with client.setup_kernel(stderr=subprocess.DEVNULL):  # kernel log lines are noise to a learner
-            run = _Execution(client, KernelSession(client, cell_timeout, workdir), cell_timeout)
+        with client.setup_kernel(stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL):  # kernel log lines are noise
+            run = _Execution(client, KernelSession(client, cell_timeout, workdir, sandboxed=sandbox), cell_timeout)
+            run.session.warm_up(max(startup_timeout, cell_timeout))  # the grader's own imports do not count against a cell
             cursor = 0
             for check in sub.graded:
                 stop, next_cursor = sub.span(nbgrader_meta(check)["grade_id"], cursor)
                 cells = run.run_learner_cells(sub, cursor, stop)
                 cursor = next_cursor
                 _record(report, check, *_verdict(check, sub, cells, run, stop, preamble), stop)
+                if progress is not None:
+                    progress(report.exercises[-1])
             run.run_learner_cells(sub, cursor, len(sub.nb.cells))  # what follows the last exercise still runs
     except NoSuchKernel:
         raise KernelStartError(f"no Jupyter kernel named {kernel_name!r}; install ipykernel in this environment.") from None
@@ -299,6 +348,8 @@ def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: 
         raise
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        if own_course is not None:
+            shutil.rmtree(own_course, ignore_errors=True)
     report.seconds = time.monotonic() - started
     for index, cell in enumerate(sub.nb.cells):
         error = error_of(cell) if cell.cell_type == "code" else None
