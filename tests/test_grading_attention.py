@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import fails_with, stub
+from _grading_helpers import fails_with, stub
 from course_utils import attention as at
 from course_utils import attention_io as aio
 from course_utils.checks import CheckFailed, ForbiddenCall, NotAttempted
