@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 import course_utils
-from conftest import ROOT
+from course_utils.paths import ROOT
 from course_utils import topics
 
 LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ROOT
+from course_utils.paths import ROOT
 from course_utils import attention_triton as att
 
 

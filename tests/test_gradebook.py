@@ -9,7 +9,8 @@ import sys
 import nbformat
 import pytest
 
-from conftest import ROOT, toy_problem_set
+from course_utils.paths import ROOT
+from _notebook_helpers import toy_problem_set
 from course_utils.classroom.assignments import make_exercise
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT, toy_problem_set
+from course_utils.paths import ROOT
+from _notebook_helpers import toy_problem_set
 from course_utils.classroom.assignments import make_exercise
 from course_utils.classroom.grader import GradingInputError
 from course_utils.classroom.grader import grade_notebook as _grade_notebook

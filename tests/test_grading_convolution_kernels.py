@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import fails_with, stub  # noqa: E402
+from _grading_helpers import fails_with, stub  # noqa: E402
 from course_utils.checks import CheckFailed, ForbiddenCall, NotAttempted
 from course_utils.grading import convolution as grading
 

@@ -13,7 +13,7 @@ from course_utils import diffusion as dm
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.diffusion_metrics import mmd_rbf
 from course_utils.grading import diffusion as gd
-from conftest import fails_with  # noqa: E402
+from _grading_helpers import fails_with  # noqa: E402
 from _grading_helpers import each_mistake_is_named, right_answers_pass  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import torch
 from course_utils import floating_point as fp
 from course_utils import floating_point_rounding as fpr
 from course_utils.grading import floating_point as gfp
-from conftest import stub  # noqa: E402
+from _grading_helpers import stub  # noqa: E402
 from _grading_helpers import SEED, Recorder, fails, forbidden, not_attempted, passes, rejects_recorded_answers  # noqa: E402
 
 

@@ -12,7 +12,7 @@ import torch
 
 from course_utils import foundations as fd
 from course_utils.grading import foundations as gf
-from conftest import stub  # noqa: E402
+from _grading_helpers import stub  # noqa: E402
 from _grading_helpers import SEED, Recorder, fails, forbidden, not_attempted, passes, rejects_recorded_answers  # noqa: E402
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from course_utils.grading import mixed_precision as gmp
-from conftest import stub  # noqa: E402
+from _grading_helpers import stub  # noqa: E402
 from _grading_helpers import SEED, Recorder, fails, forbidden, not_attempted, passes, rejects_recorded_answers  # noqa: E402
 
 

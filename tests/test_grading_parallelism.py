@@ -333,7 +333,7 @@ def test_zero2_a_hard_coded_answer_fails():
 
 
 def test_zero2_gloo_run_of_a_stub_is_not_attempted_without_launching():
-    from conftest import stub
+    from _grading_helpers import stub
 
     with pytest.raises(NotAttempted):
         g.run_zero2_on_gloo(stub)

@@ -14,8 +14,7 @@ from course_utils import score_sde_fokker_planck as sfp
 from course_utils import score_sde_solvers as sv
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import score_sde as gs
-from conftest import fails_with  # noqa: E402
-from _grading_helpers import SEED, each_mistake_is_named, forbidden, right_answers_pass  # noqa: E402
+from _grading_helpers import SEED, each_mistake_is_named, fails_with, forbidden, right_answers_pass  # noqa: E402
 
 
 # ---------------------------------------------------------------- solutions, as in solutions/12, and other right answers

@@ -12,7 +12,7 @@ import torch
 import course_utils.training_memory as tm
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import training_memory as g
-from conftest import fails_with  # noqa: E402
+from _grading_helpers import fails_with  # noqa: E402
 from _grading_helpers import each_mistake_is_named, right_answers_pass  # noqa: E402
 
 

@@ -14,7 +14,7 @@ from torch.distributions import Normal, kl_divergence
 from course_utils import vae
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import vae as gv
-from conftest import stub, fails_with  # noqa: E402
+from _grading_helpers import stub, fails_with  # noqa: E402
 from _grading_helpers import each_mistake_is_named  # noqa: E402
 
 

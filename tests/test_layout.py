@@ -198,3 +198,10 @@ def test_no_committed_notebook_imports_through_a_shim():
 
 
 _CLASSROOM_AT_TOP = {"Mistake", "check_function", "check_value"}
+
+
+def test_no_test_file_imports_conftest():
+    """Shared test helpers live in modules of their own (_notebook_helpers, _grading_helpers); conftest only sets up."""
+    offenders = [p.name for p in sorted((ROOT / "tests").glob("*.py"))
+                 if re.search(r"^\s*(from conftest import|import conftest)", p.read_text(), re.M)]
+    assert not offenders, f"import helpers from _notebook_helpers/_grading_helpers, not conftest: {offenders}"

@@ -10,7 +10,7 @@ import re
 import nbformat
 import pytest
 
-from conftest import ROOT
+from course_utils.paths import ROOT
 from course_utils import topics
 from course_utils.grader import NOT_ATTEMPTED_ERRORS, grade_notebook
 

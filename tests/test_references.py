@@ -11,7 +11,7 @@ from functools import lru_cache
 
 import pytest
 
-from conftest import ROOT
+from course_utils.paths import ROOT
 
 REFERENCE = re.compile(r"(?<![\w/.])course_utils(?:\.[A-Za-z_]\w*)+(?![\w*])")  # `check_*` is a pattern, not a name
 SOURCES = sorted([*ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("solutions/*.ipynb"), *ROOT.glob("course_utils/**/*.py"),

@@ -14,7 +14,7 @@ import sys
 import nbformat
 import pytest
 
-from conftest import ROOT
+from course_utils.paths import ROOT
 from course_utils.classroom.release import build_release, find_leaks, reference_names
 
 pytestmark = pytest.mark.slow

@@ -23,7 +23,7 @@ import sys
 import nbformat
 import pytest
 
-from conftest import ROOT
+from course_utils.paths import ROOT
 from course_utils.classroom.grader import SandboxUnavailableError, grade_notebook
 from course_utils.classroom.sandbox import course_copy, sandbox_problem
 

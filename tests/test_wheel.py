@@ -12,7 +12,7 @@ import zipfile
 
 import pytest
 
-from conftest import ROOT
+from course_utils.paths import ROOT
 
 pytestmark = pytest.mark.slow  # building the wheel takes several seconds
 
