@@ -342,3 +342,17 @@ def test_zero2_gloo_run_of_a_stub_is_not_attempted_without_launching():
 @pytest.mark.slow
 def test_zero2_on_two_real_gloo_ranks_matches_torch_adam():
     assert g.run_zero2_on_gloo(zero2_solution, world=2, n=101, steps=2) < 1e-12
+
+
+# ---------------------------------------------------------------- BY_HAND_* wired: the lesson modules refused
+def test_a_lesson_function_reached_by_lookup_is_refused_where_the_old_list_named_none():
+    capacity = getattr(pmoe, "expert_" + "capacity")  # any course_utils.parallelism* function, however reached
+
+    def with_lesson_helper(logits, k, cap):
+        capacity(logits.shape[0], logits.shape[1], k, 1.0)
+        return route_solution(logits, k, cap)
+
+    with pytest.raises(ForbiddenCall) as info:
+        g.check_route_top_k(with_lesson_helper, trials=2)
+    assert "course_utils.parallelism_moe.expert_capacity" in str(info.value) and "\n" not in str(info.value)
+    g.check_route_top_k(route_solution, trials=2)
