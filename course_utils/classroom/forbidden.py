@@ -33,7 +33,8 @@ which code does the work, and code the learner wrote (or pasted) is theirs.
 
 Wiring an exercise: ``check_function(..., by_hand=ByHand(ops=("@matmul",), modules=("course_utils.convolution",)))``.
 A problem set's grading module may keep its restrictions as data, ``BY_HAND_X = {"ops": (...), "modules": (...)}``,
-and pass ``by_hand=ByHand(**BY_HAND_X)``.
+and pass ``by_hand=ByHand.of(BY_HAND_X)``; there ``"whole_result_ops": ("aten.mse_loss",)`` adds to ``ops`` and
+``"allowed_ops"`` only documents what the exercise needs (the watch refuses, it enforces no allow-list).
 """
 from __future__ import annotations
 

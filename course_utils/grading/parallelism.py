@@ -21,12 +21,14 @@ from ..tolerances import tolerance_for
 _TENSOR_OPS = ("aten.add", "aten.sub", "aten.mul", "aten.div", "aten.slice", "aten.select", "aten.clone", "aten.copy_",
                "aten.cat", "aten.stack", "aten.zeros", "aten.new_zeros", "aten.index", "aten.index_put_", "aten.view",
                "aten.t", "aten.transpose", "aten.sum", "aten.cumsum", "aten.one_hot", "aten.gather", "aten.scatter")
-_LESSON = ("course_utils.parallelism",)  # the topic's lesson modules (prefix: course_utils.parallelism_* too), refused by hand
-BY_HAND_COLUMN_ROW_MLP_PARTIALS = {"modules": _LESSON, "allowed_ops": _TENSOR_OPS + ("aten.mm", "aten.addmm", "aten.gelu", "aten.split"),
+_LESSON = ("course_utils.parallelism",)  # lesson modules refused by hand (course_utils.parallelism_* too)
+BY_HAND_COLUMN_ROW_MLP_PARTIALS = {"modules": _LESSON,
+                                   "allowed_ops": _TENSOR_OPS + ("aten.mm", "aten.addmm", "aten.gelu", "aten.split"),
                                    "whole_result_ops": ()}
 BY_HAND_RING_ALL_REDUCE_SIM = {"modules": _LESSON, "allowed_ops": _TENSOR_OPS, "whole_result_ops": ()}
 BY_HAND_INTERLEAVED_BUBBLE_FRACTION = {"modules": _LESSON, "allowed_ops": (), "whole_result_ops": ()}
-BY_HAND_ROUTE_TOP_K = {"modules": _LESSON, "allowed_ops": _TENSOR_OPS + ("aten.topk", "aten._softmax", "aten.lt"), "whole_result_ops": ()}
+BY_HAND_ROUTE_TOP_K = {"modules": _LESSON,
+                       "allowed_ops": _TENSOR_OPS + ("aten.topk", "aten._softmax", "aten.lt"), "whole_result_ops": ()}
 BY_HAND_DISPATCH_TO_EXPERTS = {"modules": _LESSON, "allowed_ops": _TENSOR_OPS, "whole_result_ops": ()}
 BY_HAND_COMBINE_FROM_EXPERTS = {"modules": _LESSON, "allowed_ops": _TENSOR_OPS, "whole_result_ops": ()}
 
@@ -92,7 +94,8 @@ def check_column_row_mlp_partials(fn: Callable, *, seed: int | None = None, tria
         Mistake("tanh gelu", "use the exact GELU (F.gelu's default), not the tanh approximation.", variant(approximate="tanh")),
     ]
     _check(fn, _reference_column_row_mlp_partials, [lambda rng: _mlp_inputs(rng, True), _mlp_inputs],
-           name="column_row_mlp_partials", by_hand=ByHand.of(BY_HAND_COLUMN_ROW_MLP_PARTIALS), trials=trials, seed=seed, mistakes=mistakes, n=64,
+           name="column_row_mlp_partials", trials=trials, seed=seed, mistakes=mistakes, n=64,
+                   by_hand=ByHand.of(BY_HAND_COLUMN_ROW_MLP_PARTIALS),
                    forbidden=("course_utils.grading.parallelism._reference_column_row_mlp_partials",
                               "course_utils.parallelism_tensor.tp_mlp_on_rank"))
 
@@ -181,7 +184,8 @@ def check_interleaved_bubble_fraction(fn: Callable, *, seed: int | None = None, 
                 lambda p, m, v: p / (v * m + p)),
     ]
     _check(fn, _reference_interleaved_bubble_fraction, [lambda rng: _bubble_inputs(rng, True), _bubble_inputs],
-           name="interleaved_bubble_fraction", by_hand=ByHand.of(BY_HAND_INTERLEAVED_BUBBLE_FRACTION), trials=trials, seed=seed, mistakes=mistakes,
+           name="interleaved_bubble_fraction", trials=trials, seed=seed, mistakes=mistakes,
+                   by_hand=ByHand.of(BY_HAND_INTERLEAVED_BUBBLE_FRACTION),
                    forbidden=("course_utils.grading.parallelism._reference_interleaved_bubble_fraction",
                               "course_utils.parallelism_pipeline.bubble_fraction_predicted"))
 
@@ -231,7 +235,8 @@ def check_route_top_k(fn: Callable, *, seed: int | None = None, trials: int = 10
     ]
     rtol, atol = tolerance_for(torch.float32)  # the gates; experts and keep are integers and compare exactly anyway
     _check(fn, _reference_route_top_k, [lambda rng: _route_inputs(rng, 1), lambda rng: _route_inputs(rng, 2),
-                                        _route_inputs], name="route_top_k", by_hand=ByHand.of(BY_HAND_ROUTE_TOP_K), trials=trials, seed=seed,
+                                        _route_inputs], name="route_top_k", trials=trials, seed=seed,
+           by_hand=ByHand.of(BY_HAND_ROUTE_TOP_K),
            mistakes=mistakes, rtol=rtol, atol=atol,
                    forbidden=("course_utils.grading.parallelism._reference_route_top_k",
                               "course_utils.parallelism_moe.top_k_route", "course_utils.parallelism_moe.slot_positions"))
@@ -278,7 +283,8 @@ def check_dispatch_to_experts(fn: Callable, *, seed: int | None = None, trials: 
                 lambda x, e, keep, n, cap: _dispatch(x, e[:, :1], keep[:, :1], n, cap)),
     ]
     _check(fn, _reference_dispatch_to_experts, [lambda rng: _dispatch_inputs(rng, True), _dispatch_inputs],
-           name="dispatch_to_experts", by_hand=ByHand.of(BY_HAND_DISPATCH_TO_EXPERTS), trials=trials, seed=seed, mistakes=mistakes,
+           name="dispatch_to_experts", trials=trials, seed=seed, mistakes=mistakes,
+                   by_hand=ByHand.of(BY_HAND_DISPATCH_TO_EXPERTS),
                    forbidden=("course_utils.grading.parallelism._reference_dispatch_to_experts",
                               "course_utils.parallelism_moe.slot_positions"))
 
@@ -313,7 +319,8 @@ def check_combine_from_experts(fn: Callable, *, seed: int | None = None, trials:
                 lambda o, e, g, k: _combine(o, e, g, k, token_major=True)),
     ]
     _check(fn, _reference_combine_from_experts, [lambda rng: _combine_inputs(rng, True), _combine_inputs],
-           name="combine_from_experts", by_hand=ByHand.of(BY_HAND_COMBINE_FROM_EXPERTS), trials=trials, seed=seed, mistakes=mistakes, n=4,
+           name="combine_from_experts", trials=trials, seed=seed, mistakes=mistakes, n=4,
+                   by_hand=ByHand.of(BY_HAND_COMBINE_FROM_EXPERTS),
                    forbidden=("course_utils.grading.parallelism._reference_combine_from_experts",
                               "course_utils.parallelism_moe.moe_dense"))
 

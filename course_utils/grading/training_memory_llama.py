@@ -15,8 +15,9 @@ from torch import nn
 from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, check_function
 
-_LESSON = ("course_utils.training_memory",)  # the topic's lesson modules (prefix: course_utils.training_memory_* too), refused by hand
-BY_HAND_LLAMA_MLP_SAVED_BYTES = {"modules": _LESSON, "allowed_ops": (), "whole_result_ops": ()}  # integer arithmetic; no tensor op
+_LESSON = ("course_utils.training_memory",)  # lesson modules refused by hand (course_utils.training_memory_* too)
+BY_HAND_LLAMA_MLP_SAVED_BYTES = {"modules": _LESSON,
+                                 "allowed_ops": (), "whole_result_ops": ()}  # integer arithmetic; no tensor op
 
 
 class LlamaMLPHalf(nn.Module):
@@ -74,7 +75,8 @@ def check_llama_mlp_saved_bytes(fn: Callable, *, trials: int = 6, seed: int | No
         return wrong
 
     check_function(
-        fn, _reference_llama_mlp_saved_bytes, _inputs, name="llama_mlp_saved_bytes", by_hand=ByHand.of(BY_HAND_LLAMA_MLP_SAVED_BYTES), trials=trials, seed=seed,
+        fn, _reference_llama_mlp_saved_bytes, _inputs, name="llama_mlp_saved_bytes", trials=trials, seed=seed,
+        by_hand=ByHand.of(BY_HAND_LLAMA_MLP_SAVED_BYTES),
         rtol=0.0, atol=0.0,
         mistakes=[
             Mistake("extra_th", "one (tokens, hidden) tensor too many: the input x exists anyway, and W1 and W3 save "

@@ -14,7 +14,7 @@ from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, check_function
 
 LOG_2PI = math.log(2 * math.pi)
-_LESSON = ("course_utils.vae",)  # the topic's lesson modules (prefix: course_utils.vae_* too), refused by hand
+_LESSON = ("course_utils.vae",)  # lesson modules refused by hand (course_utils.vae_* too)
 BY_HAND_CALIBRATED_NEGATIVE_ELBO = {"modules": _LESSON,
     "allowed_ops": ("aten.add", "aten.sub", "aten.mul", "aten.div", "aten.pow", "aten.exp", "aten.log", "aten.sum",
                     "aten.mean", "aten.square"),
@@ -58,7 +58,8 @@ def check_calibrated_negative_elbo(fn: Callable, *, trials: int = 5, seed: int |
         return lambda *args: _calibrated(*args, **kw)
 
     check_function(
-        fn, _reference_calibrated_negative_elbo, _inputs, name="calibrated_negative_elbo", by_hand=ByHand.of(BY_HAND_CALIBRATED_NEGATIVE_ELBO), trials=trials, seed=seed,
+        fn, _reference_calibrated_negative_elbo, _inputs, name="calibrated_negative_elbo", trials=trials, seed=seed,
+        by_hand=ByHand.of(BY_HAND_CALIBRATED_NEGATIVE_ELBO),
         n=4800,
         mistakes=[
             Mistake("per_pixel", "one sigma is shared by every pixel and data point: sigma^2 = the mean of (x - mean)^2 "
