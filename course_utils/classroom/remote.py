@@ -340,7 +340,9 @@ class RemoteObject:
         return self._session.request({"op": op, "name": self._name, "handle": self._handle, **fields})
 
     def __course_remote_call__(self, args, kwargs, forbidden=()):
-        reply, arrays = self._request("call", args=tuple(args), kwargs=dict(kwargs), forbidden=tuple(forbidden))
+        # a ByHand (what call_learner passes) travels as itself: the request is cloudpickled; a list of names as a tuple
+        spec = tuple(forbidden) if isinstance(forbidden, (list, tuple, set, frozenset)) else forbidden
+        reply, arrays = self._request("call", args=tuple(args), kwargs=dict(kwargs), forbidden=spec)
         _write_back(reply.get("mutated", []), args, kwargs, arrays, self._session)
         return decode(reply["value"], arrays, self._session), reply.get("hit")
 
