@@ -314,7 +314,10 @@ class RemoteObject:
         return self._session.request({"op": op, "name": self._name, "handle": self._handle, **fields})
 
     def __course_remote_call__(self, args, kwargs, forbidden=()):
-        reply, arrays = self._request("call", args=tuple(args), kwargs=dict(kwargs), forbidden=tuple(forbidden))
+        from .forbidden import ByHand
+
+        spec = forbidden if isinstance(forbidden, ByHand) else tuple(forbidden)  # a ByHand pickles as it is
+        reply, arrays = self._request("call", args=tuple(args), kwargs=dict(kwargs), forbidden=spec)
         _write_back(reply.get("mutated", []), args, kwargs, arrays, self._session)
         return decode(reply["value"], arrays, self._session), reply.get("hit")
 
