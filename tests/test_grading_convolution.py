@@ -9,11 +9,13 @@ import torch
 import torch.nn.functional as F
 
 from _grading_helpers import fails_with, stub  # noqa: E402
-from _grading_helpers import SWEEP_SEEDS, forbidden_call, replayed_answer_fails, sweep_named, sweep_passes  # noqa: E402,E501
+from _grading_helpers import SWEEP_SEEDS, forbidden_call, pasted, replayed_answer_fails, sweep_named, sweep_passes  # noqa: E402,E501
 from course_utils import convolution as cv
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import convolution as grading
 from course_utils.grading import convolution_backward as backward
+
+pcv = pasted(cv)  # the lesson's helpers as a learner who pasted their source would have them
 
 SEEDS = SWEEP_SEEDS
 
@@ -114,6 +116,10 @@ def test_im2col_nhwc_check():
 
 # ---------------------------------------------------------------- exercise 3
 def _grouped(x, w, s, p, g):
+    return _grouped_with(pcv, x, w, s, p, g)
+
+
+def _grouped_with(cv, x, w, s, p, g):
     cols = cv.im2col(x, w.shape[2], w.shape[3], s, p)
     oh, ow = cv.conv_output_size(x.shape[2], w.shape[2], s, p), cv.conv_output_size(x.shape[3], w.shape[3], s, p)
     out = np.matmul(w.reshape(g, w.shape[0] // g, -1), cols.reshape(g, -1, cols.shape[1]))
@@ -123,7 +129,7 @@ def _grouped(x, w, s, p, g):
 def _grouped_einsum(x, w, s, p, g):  # right, written as per-group views and one einsum
     n, c_in, h, wd = x.shape
     kh, kw = w.shape[2:]
-    view = cv.im2col_view(x, kh, kw, s, p)  # (N, C_in, KH, KW, OH, OW)
+    view = pcv.im2col_view(x, kh, kw, s, p)  # (N, C_in, KH, KW, OH, OW)
     view = view.reshape(n, g, c_in // g, kh, kw, *view.shape[4:])
     wg = w.reshape(g, w.shape[0] // g, c_in // g, kh, kw)
     out = np.einsum("ngcpqij,gocpq->ngoij", view, wg)
@@ -134,6 +140,8 @@ def test_conv2d_grouped_check():
     check = grading.check_conv2d_grouped
     sweep_passes(check, _grouped, trials=8)
     sweep_passes(check, _grouped_einsum)
+    # the prompt allows the lesson's own im2col and conv_output_size (ByHand(allow=...)); its whole convolutions stay refused
+    sweep_passes(check, lambda x, w, s, p, g: _grouped_with(cv, x, w, s, p, g))
     with pytest.raises(NotAttempted):
         check(stub)
     sweep_named(check, lambda x, w, s, p, g: _grouped(x, np.ascontiguousarray(w[..., ::-1, ::-1]), s, p, g), "flipped")
@@ -145,8 +153,8 @@ def test_conv2d_grouped_check():
     sweep_named(check, group0, "first group")
 
     def rows_interleaved(x, w, s, p, g):
-        cols = cv.im2col(x, w.shape[2], w.shape[3], s, p)
-        oh, ow = cv.conv_output_size(x.shape[2], w.shape[2], s, p), cv.conv_output_size(x.shape[3], w.shape[3], s, p)
+        cols = pcv.im2col(x, w.shape[2], w.shape[3], s, p)
+        oh, ow = pcv.conv_output_size(x.shape[2], w.shape[2], s, p), pcv.conv_output_size(x.shape[3], w.shape[3], s, p)
         out = np.matmul(w.reshape(g, w.shape[0] // g, -1), cols.reshape(-1, g, cols.shape[1]).transpose(1, 0, 2))
         return np.ascontiguousarray(out.reshape(w.shape[0], x.shape[0], oh, ow).transpose(1, 0, 2, 3))
 
@@ -166,13 +174,13 @@ def test_conv2d_grouped_check():
 
 # ---------------------------------------------------------------- exercises 4 and 5
 def _grad_weight(x, g, k, s, p):
-    cols = cv.im2col(x, k, k, s, p)
+    cols = pcv.im2col(x, k, k, s, p)
     gm = g.transpose(1, 0, 2, 3).reshape(g.shape[1], -1)
     return (gm @ cols.T).reshape(g.shape[1], x.shape[1], k, k)
 
 
 def _grad_weight_einsum(x, g, k, s, p):  # right, written on the strided view
-    return np.einsum("ncpqij,noij->ocpq", cv.im2col_view(x, k, k, s, p), g)
+    return np.einsum("ncpqij,noij->ocpq", pcv.im2col_view(x, k, k, s, p), g)
 
 
 def test_conv2d_grad_weight_check():
@@ -308,8 +316,8 @@ def _mib(x_shape, w_shape, s, p, itemsize):
 def test_column_matrix_mib_check():
     check = grading.check_column_matrix_mib
     sweep_passes(check, _mib, trials=10)
-    sweep_passes(check, lambda x, w, s, p, i: np.prod([x[0], w[1], w[2], w[3], cv.conv_output_size(x[2], w[2], s, p),
-                                                  cv.conv_output_size(x[3], w[3], s, p), i]) / 1024 / 1024)
+    sweep_passes(check, lambda x, w, s, p, i: np.prod([x[0], w[1], w[2], w[3], pcv.conv_output_size(x[2], w[2], s, p),
+                                                  pcv.conv_output_size(x[3], w[3], s, p), i]) / 1024 / 1024)
     with pytest.raises(NotAttempted):
         check(stub)
     sweep_named(check, lambda x, w, s, p, i: _mib(x, w, s, p, i) * 2 ** 20 / 1e6, "MB")

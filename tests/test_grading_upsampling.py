@@ -9,11 +9,13 @@ import torch
 import torch.nn.functional as F
 
 from _grading_helpers import stub  # noqa: E402
-from _grading_helpers import SWEEP_SEEDS, forbidden_call, replayed_answer_fails, sweep_named, sweep_passes  # noqa: E402,E501
+from _grading_helpers import SWEEP_SEEDS, forbidden_call, pasted, replayed_answer_fails, sweep_named, sweep_passes  # noqa: E402,E501
 from course_utils import upsampling as up
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import upsampling as grading
 from course_utils.grading import upsampling_transposed as transposed
+
+gp, tp = pasted(grading), pasted(transposed)  # the references' helpers, pasted as a learner would
 
 SEEDS = SWEEP_SEEDS
 
@@ -64,10 +66,10 @@ def test_check_interpolation_matrix():
     with pytest.raises(NotAttempted):
         check(stub)
     sweep_named(check, lambda n, m, ac: _interpolation_matrix(n, m, not ac), "other align_corners rule")
-    sweep_named(check, lambda n, m, ac: grading._interp_from_positions(
+    sweep_named(check, lambda n, m, ac: gp._interp_from_positions(
         _positions(m, n, True) if ac else np.arange(m) * n / m, n, m), "half-pixel offset")
     sweep_named(check, _no_clamp, "clamped to 0")
-    sweep_named(check, lambda n, m, ac: grading._swapped_weights(_positions(m, n, ac), n, m), "weights are swapped")
+    sweep_named(check, lambda n, m, ac: gp._swapped_weights(_positions(m, n, ac), n, m), "weights are swapped")
     sweep_named(check, lambda n, m, ac: _interpolation_matrix(n, m, ac).T, "shape")
     sweep_named(check, lambda n, m, ac: np.eye(n)[np.minimum(np.arange(m) * n // m, n - 1)], "nearest-neighbour")
 
@@ -150,11 +152,11 @@ def test_check_conv_transpose_by_zero_insertion():
     sweep_passes(check, _zero_insertion_dilated)
     with pytest.raises(NotAttempted):
         check(stub)
-    sweep_named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, flip=False), "not flipped")
-    sweep_named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, swap=False), "channel axes are not swapped")
-    sweep_named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, use_op=False), "output_padding is ignored")
-    sweep_named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, pad=p), "k - 1 - p")
-    sweep_named(check, transposed._zeros_after, "BETWEEN input pixels")
+    sweep_named(check, lambda x, w, s, p, op: tp._zi_conv(x, w, s, p, op, flip=False), "not flipped")
+    sweep_named(check, lambda x, w, s, p, op: tp._zi_conv(x, w, s, p, op, swap=False), "channel axes are not swapped")
+    sweep_named(check, lambda x, w, s, p, op: tp._zi_conv(x, w, s, p, op, use_op=False), "output_padding is ignored")
+    sweep_named(check, lambda x, w, s, p, op: tp._zi_conv(x, w, s, p, op, pad=p), "k - 1 - p")
+    sweep_named(check, tp._zeros_after, "BETWEEN input pixels")
     sweep_named(check, lambda x, w, s, p, op: _zero_insertion(x, w, s, p, op).float(), "dtype")
     forbidden_call(check, lambda x, w, s, p, op: F.conv_transpose2d(x, w, stride=s, padding=p, output_padding=op),
               "conv_transpose2d")
