@@ -153,7 +153,7 @@ def _dsm_through_course(score_fn, x0, u, noise, bmin, bmax):
 
 
 def _sampler_via_lessons_heun(denoiser, x, sigmas, s_churn, s_tmin, s_tmax, s_noise, noise):
-    """The lesson's deterministic sampler with the churn spliced in by monkey-patching its noise draw away."""
+    """The lesson's deterministic sampler called in place of the stochastic one (it draws its own start)."""
     from course_utils import score_sde_edm as edm
 
     out, _ = edm.edm_heun_sampler(lambda y, s: denoiser(y.double(), s), x.shape[0], sigmas.shape[0] - 1,
