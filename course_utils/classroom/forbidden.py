@@ -488,7 +488,7 @@ class _Watch:
         code = getattr(plain, "__code__", None)
         module = getattr(plain, "__module__", None) or ""
         if code is None and not inspect.isroutine(fn):  # a callable object: its class's __call__
-            call = getattr(type(fn), "__call__", None)
+            call = vars(type(fn)).get("__call__")  # the class that defines it, not type.__call__
             code = getattr(inspect.unwrap(call), "__code__", None) if call is not None else None
             module = type(fn).__module__ or ""
         if code is not None and code in self._codes:
