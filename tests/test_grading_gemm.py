@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from _grading_helpers import pasted
 from conftest import fails_with, stub
 from course_utils import gemm as G
 from course_utils import gemm_models as GM
@@ -336,8 +337,9 @@ def test_check_roofline():
     GG.check_roofline(written_differently, trials=10, quiet=True)
     with pytest.raises(NotAttempted):
         GG.check_roofline(stub)
-    fails_on_every_seed(GG.check_roofline, lambda m, n, k, s, p, bw: min(p, m * n * k / GM.gemm_min_bytes(m, n, k, s) * bw), "2 FLOPs")
-    fails_on_every_seed(GG.check_roofline, lambda m, n, k, s, p, bw: GM.gemm_intensity(m, n, k, s) * bw, "min(peak")
+    gm = pasted(GM)  # the check refuses course_utils.gemm_models: mistakes built from it are pasted, as a learner could
+    fails_on_every_seed(GG.check_roofline, lambda m, n, k, s, p, bw: min(p, m * n * k / gm.gemm_min_bytes(m, n, k, s) * bw), "2 FLOPs")
+    fails_on_every_seed(GG.check_roofline, lambda m, n, k, s, p, bw: gm.gemm_intensity(m, n, k, s) * bw, "min(peak")
     fails_on_every_seed(GG.check_roofline, lambda m, n, k, s, p, bw: min(p, 2 * m * n * k / ((m * k + k * n) * s) * bw), "C must be written")
     forbidden(GG.check_roofline, lambda *a: GM.roofline_bound(*a)[0], "roofline_bound")
     fails_on_every_seed(GG.check_roofline, lambda *a: 1.0e12, "roofline bound")
@@ -434,7 +436,7 @@ def test_check_split_k_solution_and_stub(sol05):
 
 def test_check_split_k_forbids_shortcuts():
     def by_matmul(x, w, out, workspace, block_m=32, block_n=32, block_k=16):
-        for s, (a, b) in enumerate(GS.split_ranges(x.shape[1], workspace.shape[0], block_k)):
+        for s, (a, b) in enumerate(pasted(GS).split_ranges(x.shape[1], workspace.shape[0], block_k)):
             workspace[s] = x[:, a:b] @ w[:, a:b].T
         out.copy_(workspace.sum(0))
 

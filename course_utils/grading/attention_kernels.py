@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 
 from ..classroom.checking import Mistake, check_function
+from ..classroom.forbidden import ByHand
 from .attention_inputs import FORBIDDEN_ATTENTION, _cycle
 
 __all__ = ["check_blocks_visited_window", "check_swa_alibi_attention", "check_flash_backward_atomic"]
@@ -100,11 +101,10 @@ def check_blocks_visited_window(fn: Callable, *, trials: int = 6, seed: int | No
         Mistake("swapped blocks", "block_m tiles the queries and block_n the keys; you swapped them.",
                 lambda L, bm, bn, w: _reference_blocks_visited_window(L, bn, bm, w)),
     ]
-    from .attention_watch import peak_watched
-    learner = peak_watched(fn, lambda *a: 2**20, "blocks_visited_window",
-                           "count with arithmetic per query block; do not build a mask (the check draws sequences of 3000 to 5000 tokens)")
-    check_function(learner, _reference_blocks_visited_window, make_inputs, name="blocks_visited_window", trials=trials,
-                   seed=seed, mistakes=mistakes, quiet=quiet,
+    no_mask = ByHand(max_traced_bytes=2**20, large="a mask (count with arithmetic per query block; do not build a mask: "
+                     "the check draws sequences of 3000 to 5000 tokens)")
+    check_function(fn, _reference_blocks_visited_window, make_inputs, name="blocks_visited_window", trials=trials,
+                   seed=seed, mistakes=mistakes, quiet=quiet, by_hand=no_mask,
                    forbidden=("course_utils.attention_io.causal_blocks_visited",) + _own())
 
 

@@ -17,7 +17,7 @@ import torch
 
 from ..classroom.checking import Mistake, call_learner, check_function, fresh_seed
 from ..errors import CheckFailed
-from .attention_watch import watched
+from ..classroom.forbidden import ByHand
 
 
 class _Names:
@@ -41,7 +41,7 @@ class _Names:
 def _own_functions():
     """This module's private functions (references and the helpers behind them, mistakes included)."""
     return tuple(f"{__name__}.{n}" for n, v in globals().items()
-                 if n.startswith("_") and inspect.isfunction(v) and v.__module__ == __name__ and n not in ("_own_functions", "_matmul_limits"))
+                 if n.startswith("_") and inspect.isfunction(v) and v.__module__ == __name__ and n not in ("_own_functions", "_below_whole_weight"))
 
 
 _LLAMA = "transformers.models.llama.modeling_llama"
@@ -310,9 +310,14 @@ def _matmul_inputs(rng):
     return torch.from_numpy(rng.standard_normal((n, n_groups * group))).float(), _pack(q), scale, zero, group
 
 
-def _matmul_limits(x, packed, scale, zero, group):
-    return [("float", packed.shape[0] * packed.shape[1] * 2,
-             "dequantize one group of columns at a time; never hold a float copy of the whole (out, in) weight")]
+def _below_whole_weight(args, kwargs):
+    """Elements a group-at-a-time answer may allocate at once: fewer than the whole (out, in) weight."""
+    packed = args[1]
+    return packed.shape[0] * packed.shape[1] * 2 - 1
+
+
+ONE_GROUP_AT_A_TIME = ByHand(max_numel=_below_whole_weight, large="a copy of the whole (out, in) weight, unpacked or "
+                             "dequantized (work on one group of columns at a time)")
 
 
 def check_int4_matmul(fn, trials: int = 4, seed: int | None = None) -> None:
@@ -323,7 +328,7 @@ def check_int4_matmul(fn, trials: int = 4, seed: int | None = None) -> None:
     def variant(zero_of):
         return lambda x, p, s, z, g: _reference_int4_matmul(x, p, s, zero_of(z), g)
 
-    check_function(watched(fn, _matmul_limits, "int4_matmul"), _reference_int4_matmul, _matmul_inputs, name="int4_matmul",
+    check_function(fn, _reference_int4_matmul, _matmul_inputs, name="int4_matmul", by_hand=ONE_GROUP_AT_A_TIME,
                    trials=trials, seed=seed, n=256, forbidden=_Names(_QUANT_FORBIDDEN, (), fn), mistakes=[
         Mistake("nibble order", "element 2j sits in the low nibble (packed & 15), element 2j+1 in the high one (packed >> 4).", swapped),
         Mistake("no zero", "subtract the zero point before scaling: W = (q - zero) * scale.", variant(torch.zeros_like)),
