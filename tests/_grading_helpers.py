@@ -63,7 +63,7 @@ def each_mistake_is_named(module, check, solution, monkeypatch, *, trials, hints
     """Every ``Mistake`` a check lists, fed as the answer, fails with that mistake's own hint.
 
     The mistakes are built from the course's own references, which the check forbids: they are fed
-    with the guard off (``forbidden`` dropped), so that the value comparison alone is tested.
+    with the guard off (``forbidden`` and ``by_hand`` dropped), so that the value comparison alone is tested.
     ``hints`` maps a mistake's name to the text expected instead, for mistakes that coincide.
     """
     from conftest import fails_with
@@ -74,6 +74,7 @@ def each_mistake_is_named(module, check, solution, monkeypatch, *, trials, hints
     def spy(fn, ref, make_inputs, **kw):
         captured["mistakes"] = list(kw.get("mistakes", ()))
         kw.pop("forbidden", None)
+        kw.pop("by_hand", None)
         return original(fn, ref, make_inputs, **kw)
 
     monkeypatch.setattr(module, "check_function", spy)

@@ -539,3 +539,36 @@ def test_solution_kernels_compile_for_sm90_without_spills(sol):
     for compiled in (swa, bwd):
         assert not compiled.spills, compiled.summary()
     assert "atom" in bwd.ptx or "red." in bwd.ptx     # the dQ adds are atomics (red.global.add.f32)
+
+
+# ---------------------------------------------------------------- by hand at the operator level (issue 23)
+def swa_by_log_softmax(q, k, v, slopes, window, block_m, block_n):
+    """Right values with no named function: scores by broadcasting, softmax as log_softmax().exp()."""
+    n = q.shape[1]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    s = (q[:, :, None, :] * k[:, None, :, :]).sum(-1) / math.sqrt(q.shape[-1]) - slopes[:, None, None] * (i - j)
+    s = s.masked_fill(~((j <= i) & (j > i - window)), float("-inf"))
+    return (s.log_softmax(-1).exp()[..., None] * v[:, None, :, :]).sum(-2)
+
+
+def backward_by_inner(q, k, v, o, lse, do, block_m, block_n, reverse=False):
+    """Right values with torch.inner as the matmul (not a named function: it reaches aten::mm/bmm)."""
+    tau = 1 / math.sqrt(q.shape[-1])
+    p = torch.exp(tau * torch.inner(q[0], k[0]) - lse[0][:, None])[None]
+    ds = p * (torch.inner(do[0], v[0])[None] - (do * o).sum(-1)[..., None])
+    return (tau * torch.inner(ds[0], k[0].T)[None], tau * torch.inner(ds[0].T, q[0].T)[None], torch.inner(p[0].T, do[0].T)[None])
+
+
+@pytest.mark.parametrize("check,fn,fragment", [(gk.check_swa_alibi_attention, swa_by_log_softmax, "aten::_log_softmax"),
+                                               (gk.check_flash_backward_atomic, backward_by_inner, "aten::")])
+def test_whole_result_operators_are_refused_whatever_path_reaches_them(check, fn, fragment):
+    message = forbidden_named(check, fn, fragment)
+    assert "operator" in message
+
+
+def test_operator_shortcut_values_are_right():
+    """The refused shortcuts above compute the right values: the refusal, not a wrong value, is what fails them."""
+    make = gk._swa_inputs_maker()
+    q, k, v, slopes, window, bm, bn = make(np.random.default_rng(0))
+    want = gk._reference_swa_alibi_attention(q, k, v, slopes, window, bm, bn)
+    assert torch.allclose(swa_by_log_softmax(q, k, v, slopes, window, bm, bn), want, atol=1e-5)

@@ -31,16 +31,13 @@ FORBIDDEN_KERNEL = FORBIDDEN_ATTENTION + (
     "course_utils.attention_triton.flash_attention_triton", "course_utils.attention_triton.flash_attention",
     "course_utils.attention_triton_backward.flash_attention_backward_triton",
 )
-# For the operator-level by-hand watch (issue 23): what would compute each whole result.
-BY_HAND_SWA_ALIBI = {"allowed_ops": ("aten::empty", "aten::empty_like", "aten::zeros", "aten::zeros_like", "aten::contiguous",
-                                     "aten::clone", "aten::_to_copy"),
-                     "whole_result_ops": ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_attention_math",
-                                          "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_softmax",
-                                          "aten::bmm", "aten::mm", "aten::matmul")}
-BY_HAND_FLASH_BACKWARD_ATOMIC = {"allowed_ops": BY_HAND_SWA_ALIBI["allowed_ops"] + ("aten::mul", "aten::sum"),
-                                 "whole_result_ops": BY_HAND_SWA_ALIBI["whole_result_ops"] + (
-                                     "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
-                                     "aten::_scaled_dot_product_efficient_attention_backward")}
+# By hand (issue 23): torch operators that compute the whole result, whatever path reaches them (F.softmax,
+# log_softmax().exp(), F.scaled_dot_product_attention, einsum/inner as the matmul), and the topic's lesson modules
+# (course_utils.attention*, its Triton kernels included) are refused in the learner's code; the kernel is theirs.
+BY_HAND_SWA_ALIBI = ByHand(ops=("@attention", "@softmax", "@matmul"), modules=("course_utils.attention",))
+BY_HAND_FLASH_BACKWARD_ATOMIC = ByHand(ops=BY_HAND_SWA_ALIBI.ops + (
+    "_scaled_dot_product_flash_attention_for_cpu_backward", "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_flash_attention_backward"), modules=BY_HAND_SWA_ALIBI.modules)
 BLOCKS = [(16, 16), (32, 16), (16, 32)]
 
 
@@ -164,7 +161,8 @@ def check_swa_alibi_attention(fn: Callable, *, trials: int = 5, seed: int | None
         Mistake("no scale", "scale the scores by 1/sqrt(D) before adding the bias.", variant(scale=False)),
     ]
     check_function(fn, _reference_swa_alibi_attention, _swa_inputs_maker(), name="swa_alibi_attention", trials=trials,
-                   seed=seed, n=64, mistakes=mistakes, forbidden=FORBIDDEN_KERNEL + _own(), quiet=quiet)
+                   seed=seed, n=64, mistakes=mistakes, forbidden=FORBIDDEN_KERNEL + _own(), by_hand=BY_HAND_SWA_ALIBI,
+                   quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 8: the backward with atomic dQ
@@ -221,4 +219,5 @@ def check_flash_backward_atomic(fn: Callable, *, trials: int = 4, seed: int | No
         Mistake("P not transposed", "dV = P^T dO: each key collects from the queries that attended to it.", variant(pt=False)),
     ]
     check_function(fn, _reference_flash_backward_atomic, _backward_inputs_maker(), name="flash_backward_atomic",
-                   trials=trials, seed=seed, n=64, mistakes=mistakes, forbidden=FORBIDDEN_KERNEL + _own(), quiet=quiet)
+                   trials=trials, seed=seed, n=64, mistakes=mistakes, forbidden=FORBIDDEN_KERNEL + _own(),
+                   by_hand=BY_HAND_FLASH_BACKWARD_ATOMIC, quiet=quiet)
