@@ -15,11 +15,15 @@ groups of 1 (MHA) and 4 (GQA), in bf16, it times with ``triton.testing.do_bench`
   so that no run pays for accumulating into the last one's gradients.
 
 Throughput = matmul FLOPs / time: ``4 B H L^2 D`` forward, 2.5x that backward, halved when causal
-(``course_utils.attention_io.attention_flops``), also reported as a share of the H200's dense bf16 peak
-(:data:`H200_BF16_DENSE_PEAK`). Every output and gradient (ours and SDPA's) is compared with an fp32
+(``course_utils.attention_io.attention_flops``), also reported as a share of this GPU's dense bf16 peak
+(looked up by the GPU's name in ``benchmarks/_record.py``, with its datasheet). SDPA is timed as torch
+dispatches it (the aten ops it ran are recorded: which backend) and again with the flash backend forced.
+Every output and gradient (ours and SDPA's) is compared with an fp32
 reference; a variant whose relative error exceeds the bf16 tolerance, or that fails, makes the script exit 1.
-Batch x heads keep ``B L = 16k`` tokens and ``H_q D = 2048``. Results, with ``course_utils.provenance``'s
-machine record, go to a dated ``benchmarks/results/attention_gpu_<gpu>_<date>.json``.
+Batch x heads keep ``B L = 16k`` tokens and ``H_q D = 2048``; d = 128 and L = 4k-16k come first. Results, with
+``course_utils.provenance``'s machine record, go to a dated ``benchmarks/results/attention_gpu_<gpu>_<date>.json``,
+rewritten after every case (``benchmarks/_record.py``: a time limit or SIGTERM keeps what finished).
+``--plan`` prints the planned cases, timed runs and compiles without running anything.
 
 On the CPU tier (no CUDA device, or ``COURSE_TIER=cpu``), or with ``--dry-run``, it runs the kernels in
 fp32 at tiny sizes (under Triton's interpreter on the CPU tier, compiled on a GPU): forward, forward +
@@ -39,33 +43,33 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from course_utils.env import detect_tier  # noqa: E402
+from course_utils.env import configure_triton, detect_tier  # noqa: E402
 
 TIER = detect_tier()  # "cpu", "cuda" or "sm90"; COURSE_TIER=cpu forces the CPU tier on a GPU machine
 
-# Importing the kernel module switches Triton to its interpreter on the CPU tier before Triton is imported.
+configure_triton(TIER)  # on the CPU tier: Triton's interpreter, chosen before the kernel module imports Triton
 from course_utils import attention_io as aio  # noqa: E402
 from course_utils import attention_triton as att  # noqa: E402
 from course_utils import provenance  # noqa: E402
 from course_utils.checks import tolerance_for  # noqa: E402
 
-# NVIDIA H200 (and H100) SXM: 1,979 TFLOP/s BF16 tensor core "with sparsity" (NVIDIA H200 Tensor Core GPU
-# datasheet, 2024; H100 datasheet, 2023); dense is half of it.
-H200_BF16_DENSE_PEAK = 989.4e12
-PEAK_SOURCE = "NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOP/s with sparsity, 989.4 dense"
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-FWD_CONFIGS = [  # (block_m, block_n, num_warps, num_stages), tried per case on the GPU
-    # (128, 64, 4, 3) is left out: at d=128 it spills on sm_90 (tests/test_compile_kernels.py compiles these)
-    (128, 64, 8, 3),
-    (128, 128, 8, 2),
-    (64, 64, 4, 3),
-]
-BWD_CONFIGS = [  # (block_m, block_n, num_warps, num_stages) of both backward kernels; at d=128 dK/dV spills
-    (64, 64, 8, 2),  # at 64x64 with 4 warps on sm_90 (compiled without a GPU: tests/test_attention_triton.py)
-    (32, 64, 4, 2),
-    (64, 64, 8, 3),
-    (32, 128, 8, 2),
-]
+from _record import Record, peak_for  # noqa: E402  (benchmarks/_record.py: rewritten after every case)
+
+
+def _arch() -> int:
+    if TIER == "cpu" or not torch.cuda.is_available():
+        return 90
+    major, minor = torch.cuda.get_device_capability(0)
+    return 10 * major + minor
+
+
+# (block_m, block_n, num_warps, num_stages), tried per case on this GPU's generation; the table and why
+# configurations were left out: course_utils.attention_triton.ATTENTION_GPU_CONFIGS (compile-tested for
+# both head dims, GROUP 1 and 4, causal and not: tests/test_compile_kernels.py).
+FWD_CONFIGS = att.attention_configs(_arch(), "fwd")
+BWD_CONFIGS = att.attention_configs(_arch(), "bwd")
 REL_TOL = tolerance_for(torch.bfloat16)[0]  # relative (Frobenius) error against the fp32 reference
 
 
@@ -79,9 +83,13 @@ def _grads(fn, q, k, v, do):
     return (out, *torch.autograd.grad(out, (qg, kg, vg), do))
 
 
-def dry_run() -> int:
-    """Interpreter check at tiny sizes: forward, backward and GQA against SDPA in fp32. Returns the failures."""
+def dry_run(output: Path | None = None) -> int:
+    """Interpreter check at tiny sizes: forward, backward and GQA against SDPA in fp32. Returns the failures.
+
+    With ``output`` each check's verdict is written there as it finishes (``"dry_run": true``)."""
     torch.manual_seed(0)
+    rec = Record(output, {"benchmark": "attention_gpu", "dry_run": True, "machine": provenance.machine_info(),
+                          "checks": []}) if output else None
     device = "cpu" if TIER == "cpu" else "cuda"
     rtol, atol = tolerance_for("triton_interpreter", n=128)
     failures = 0
@@ -108,10 +116,26 @@ def dry_run() -> int:
             # The verdict, not the error's last digits (they change with the CPU's SIMD kernels and thread count).
             verdict = f"ok, within rtol={rtol:g} atol={atol:g}" if ok else f"MISMATCH (max |diff| {err:.1e})"
             print(f"dry run: {kind:<12} causal={causal!s:5} B={b} H_q={hq} H_kv={hkv} L={l} D={d} "
-                  f"blocks={bm}x{bn} vs SDPA: {verdict}")
+                  f"blocks={bm}x{bn} vs SDPA: {verdict}", flush=True)
+            if rec:
+                rec.add("checks", {"kind": kind, "causal": causal, "shape": [b, hq, hkv, l, d], "blocks": [bm, bn],
+                                   "ok": ok})
     mode = "under the Triton interpreter" if TIER == "cpu" else "on the GPU"
-    print(f"timing needs a CUDA GPU: this was a correctness dry run {mode} (fp32, tiny sizes); no results were written.")
+    print(f"timing needs a CUDA GPU: this was a correctness dry run {mode} (fp32, tiny sizes); "
+          + (f"checks in {output}." if output else "no results were written."))
+    if rec:
+        rec.finish(failures=failures)
     return failures
+
+
+def sdpa_ops(fn) -> list[str]:
+    """The aten attention ops one call runs (``_scaled_dot_product_flash_attention``, ``..._efficient_...``,
+    ``..._cudnn_...``): which backend SDPA chose."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sorted({e.name for e in prof.events() if "attention" in e.name and e.name != "aten::scaled_dot_product_attention"})
 
 
 def _bench(fn, grad_to_none=None) -> float:
@@ -142,9 +166,10 @@ def one_case(d, seq, causal, group, args, device="cuda", dtype=torch.bfloat16) -
     q, do = (torch.randn(b, h, seq, d, device=device, dtype=dtype) for _ in range(2))
     k, v = (torch.randn(b, hkv, seq, d, device=device, dtype=dtype) for _ in range(2))
     gqa = group > 1
-    case = {"head_dim": d, "seq": seq, "causal": causal, "batch": b, "heads_q": h, "heads_kv": hkv,
+    case = {"head_dim": d, "seq": seq, "causal": causal, "group": group, "batch": b, "heads_q": h, "heads_kv": hkv,
             "dtype": str(dtype).removeprefix("torch."), "kv_bytes": 2 * k.numel() * k.element_size(),
             "kv_bytes_mha": 2 * b * h * seq * d * k.element_size()}
+    peak = getattr(args, "peak", None)  # dense FLOP/s of this GPU and dtype (benchmarks/_record.py), None if unknown
     fwd_flops = aio.attention_flops(b, h, seq, seq, d, causal)
     bwd_flops = aio.attention_flops(b, h, seq, seq, d, causal, backward=True)
 
@@ -154,7 +179,17 @@ def one_case(d, seq, causal, group, args, device="cuda", dtype=torch.bfloat16) -
     ref32 = _grads(sdpa, q.float(), k.float(), v.float(), do.float()) if seq <= args.backward_max_seq else None
     ref_o = ref32[0] if ref32 is not None else sdpa(q.float(), k.float(), v.float())
     case["sdpa_fwd_rel_err"] = rel_err(sdpa(q, k, v), ref_o)
+    case["sdpa_ops"] = sdpa_ops(lambda: sdpa(q, k, v))  # which SDPA backend torch picked (its aten ops)
     t_sdpa = _bench(lambda: sdpa(q, k, v))
+    try:  # SDPA again with the flash backend forced (GQA through enable_gqa where this torch supports it)
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            case["sdpa_flash_fwd_rel_err"] = rel_err(sdpa(q, k, v), ref_o)
+            t_flash = _bench(lambda: sdpa(q, k, v))
+        case.update(sdpa_flash_fwd_s=t_flash, sdpa_flash_fwd_tflops=fwd_flops / t_flash / 1e12)
+    except Exception as exc:  # noqa: BLE001 - the flash backend refuses some shapes/dtypes/devices
+        case["sdpa_flash_fwd_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 
     def fwd_check(cfg):
         err = rel_err(att.flash_attention_triton(q, k, v, causal, None, *cfg)[0], ref_o)
@@ -165,13 +200,13 @@ def one_case(d, seq, causal, group, args, device="cuda", dtype=torch.bfloat16) -
     best = _best(FWD_CONFIGS, lambda cfg: _bench(lambda: att.flash_attention_triton(q, k, v, causal, None, *cfg)),
                  fwd_check, case, "fwd")
     case.update(sdpa_fwd_s=t_sdpa, sdpa_fwd_tflops=fwd_flops / t_sdpa / 1e12,
-                sdpa_fwd_peak_share=fwd_flops / t_sdpa / H200_BF16_DENSE_PEAK)
+                sdpa_fwd_peak_share=fwd_flops / t_sdpa / peak if peak else None)
     if best is None:
         case["failed"] = "no forward configuration passed"
         return case
     t, fcfg = best
     case.update(triton_fwd_s=t, triton_fwd_tflops=fwd_flops / t / 1e12, triton_fwd_config=list(fcfg),
-                triton_fwd_peak_share=fwd_flops / t / H200_BF16_DENSE_PEAK, fwd_speed_vs_sdpa=t_sdpa / t)
+                triton_fwd_peak_share=fwd_flops / t / peak if peak else None, fwd_speed_vs_sdpa=t_sdpa / t)
     if ref32 is None:
         return case
     qg, kg, vg = (x.detach().clone().requires_grad_() for x in (q, k, v))
@@ -196,7 +231,7 @@ def one_case(d, seq, causal, group, args, device="cuda", dtype=torch.bfloat16) -
                  bwd_check, case, "bwd")
     total = fwd_flops + bwd_flops
     case.update(sdpa_fwd_bwd_s=t_s, sdpa_fwd_bwd_tflops=total / t_s / 1e12,
-                sdpa_fwd_bwd_peak_share=total / t_s / H200_BF16_DENSE_PEAK)
+                sdpa_fwd_bwd_peak_share=total / t_s / peak if peak else None)
     if best is None:
         case["failed"] = "no backward configuration passed"
         return case
@@ -210,13 +245,41 @@ def one_case(d, seq, causal, group, args, device="cuda", dtype=torch.bfloat16) -
         torch.cuda.synchronize()
         case["triton_fwd_bwd_peak_extra_bytes"] = torch.cuda.max_memory_allocated() - base
     case.update(triton_fwd_bwd_s=t_o, triton_fwd_bwd_tflops=total / t_o / 1e12, triton_bwd_config=list(bcfg),
-                triton_fwd_bwd_peak_share=total / t_o / H200_BF16_DENSE_PEAK, fwd_bwd_speed_vs_sdpa=t_s / t_o)
+                triton_fwd_bwd_peak_share=total / t_o / peak if peak else None, fwd_bwd_speed_vs_sdpa=t_s / t_o)
     return case
 
 
-def gpu_sweep(args) -> tuple[dict, int]:
+def plan(args) -> dict:
+    """What the GPU sweep will do: cases, timed runs and kernel compiles (each Triton specialization once)."""
+    cases = [(d, seq, causal, group) for d in args.head_dims for seq in args.seqs for causal in (False, True)
+             for group in args.groups]
+    backward = [c for c in cases if c[1] <= args.backward_max_seq]
+    fwd_specs = {(d, causal, group, cfg) for d, _, causal, group in cases for cfg in FWD_CONFIGS}
+    bwd_specs = {(d, causal, group, cfg) for d, _, causal, group in backward for cfg in BWD_CONFIGS}
+    compiles = len(fwd_specs) + 3 * len(bwd_specs)  # forward; delta pre-pass, dK/dV and dQ per backward config
+    timed = len(cases) * (2 + len(FWD_CONFIGS)) + len(backward) * (1 + len(BWD_CONFIGS))
+    return {"script": "attention_gpu", "cases": len(cases), "backward_cases": len(backward), "compiles": compiles,
+            "timed_runs": timed, "configs": {"fwd": FWD_CONFIGS, "bwd": BWD_CONFIGS}}
+
+
+def gpu_sweep(args, out: Path) -> int:
     torch.manual_seed(0)
-    cases, failures = [], 0
+    from course_utils.provenance import machine_info
+
+    machine = machine_info()
+    args.peak, peak_source = peak_for(machine.get("gpu", ""), "bfloat16")
+    rec = Record(out, {
+        "benchmark": "attention_gpu",
+        "machine": machine,
+        "plan": plan(args),
+        "timer": "triton.testing.do_bench (warmup 25 ms, rep 100 ms, grad_to_none for backward), median",
+        "flops": "4 B H L^2 D forward, x2.5 backward, /2 causal",
+        "peak_flops": args.peak,
+        "peak_source": peak_source,
+        "tolerance": f"relative Frobenius error vs an fp32 SDPA reference <= {REL_TOL} (bf16)",
+        "cases": [],
+    })
+    failures = 0
     for d in args.head_dims:
         for seq in args.seqs:
             for causal in (False, True):
@@ -227,43 +290,34 @@ def gpu_sweep(args) -> tuple[dict, int]:
                         case = {"head_dim": d, "seq": seq, "causal": causal, "group": group,
                                 "failed": f"{type(exc).__name__}: {exc!s:.300}"}
                     failures += "failed" in case
-                    cases.append(case)
+                    rec.add("cases", case)  # on disk before the next case starts
                     print(json.dumps(case), flush=True)
                     torch.cuda.empty_cache()
-    result = {
-        "benchmark": "attention_gpu",
-        "machine": provenance.machine_info(),
-        "timer": "triton.testing.do_bench (warmup 25 ms, rep 100 ms, grad_to_none for backward), median",
-        "flops": "4 B H L^2 D forward, x2.5 backward, /2 causal",
-        "peak_flops": H200_BF16_DENSE_PEAK,
-        "peak_source": PEAK_SOURCE,
-        "tolerance": f"relative Frobenius error vs an fp32 SDPA reference <= {REL_TOL} (bf16)",
-        "failures": failures,
-        "cases": cases,
-    }
-    return result, failures
+    rec.finish(failures=failures)
+    print(f"{failures} failing case(s)")
+    return failures
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="interpreter correctness run at tiny sizes, no timing")
-    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--seqs", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--plan", action="store_true", help="print the planned cases and compiles as JSON, run nothing")
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[128, 64])
+    parser.add_argument("--seqs", type=int, nargs="+", default=[4096, 8192, 16384, 1024, 2048])
     parser.add_argument("--groups", type=int, nargs="+", default=[1, 4], help="query heads per key/value head")
     parser.add_argument("--tokens", type=int, default=16384, help="batch = tokens // seq")
     parser.add_argument("--width", type=int, default=2048, help="query heads = width // head dim")
-    parser.add_argument("--backward-max-seq", type=int, default=8192)
+    parser.add_argument("--backward-max-seq", type=int, default=16384)
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.plan:
+        print(json.dumps(plan(args)))
+        return 0
     if args.dry_run or TIER == "cpu":
-        return 1 if dry_run() else 0
-    result, failures = gpu_sweep(args)
-    name = "".join(c if c.isalnum() else "_" for c in result["machine"]["gpu"]).strip("_").lower()
+        return 1 if dry_run(args.output) else 0
+    name = "".join(c if c.isalnum() else "_" for c in torch.cuda.get_device_name(0)).strip("_").lower()
     out = args.output or provenance.results_path(f"attention_gpu_{name}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out}; {failures} failing case(s)")
-    return 1 if failures else 0
+    return 1 if gpu_sweep(args, out) else 0
 
 
 if __name__ == "__main__":

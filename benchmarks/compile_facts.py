@@ -26,6 +26,9 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="the sm_90 GEMM configurations only")
     p.add_argument("--processes", type=int, default=max(1, min(8, (os.cpu_count() or 2))))
     args = p.parse_args(argv)
+    from course_utils.env import detect_tier
+
+    tier = detect_tier()                               # the machine's tier, for the record
     os.environ.setdefault("COURSE_TIER", "cpu")        # compiling needs no device; keep this process off the GPU
     from course_utils import gemm_compile as GC
     from course_utils.devtools.compile_matrix import compile_matrix
@@ -46,7 +49,8 @@ def main(argv=None) -> int:
     folder = args.output_dir or (Path(os.environ["OUT"]) if os.environ.get("OUT") else ROOT / "benchmarks" / "results")
     folder.mkdir(parents=True, exist_ok=True)
     path = results_path("compile_facts" + ("_quick" if args.quick else ""), folder=folder)
-    record = {**machine_info(extra={"compiled_for": sorted({c.arch for c in todo}), "needs_gpu": False}), "kernels": rows}
+    record = {**machine_info(extra={"compiled_for": sorted({c.arch for c in todo}), "needs_gpu": False, "tier": tier}),
+              "kernels": rows}
     path.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {path}")
     return 1 if any(r["problems"] for r in rows) else 0

@@ -29,12 +29,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from course_utils import bench
-from course_utils import convolution as cv
-from course_utils import convolution_blocking as blk
-from course_utils import convolution_compiled as cc
-from course_utils import convolution_machine as mach
-from course_utils import provenance
+from course_utils.env import configure_numba, configure_triton
+
+configure_numba()   # before Numba compiles anything: 512-bit vectors, workqueue threads
+configure_triton()  # before a kernel module imports Triton
+
+from course_utils import bench  # noqa: E402
+from course_utils import convolution as cv  # noqa: E402
+from course_utils import convolution_blocking as blk  # noqa: E402
+from course_utils import convolution_compiled as cc  # noqa: E402
+from course_utils import convolution_machine as mach  # noqa: E402
+from course_utils import provenance  # noqa: E402
 
 # name: (N, C_in, H, W), (C_out, KH, stride, padding)
 DEFAULT_SHAPES = [

@@ -27,8 +27,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # _record.py
 
-SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 1024, 8192)]  # (M, N, K); the last is non-square
+SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (8192, 1024, 8192)]  # (M, N, K); the last is non-square
+# Every timed shape is aligned (multiples of 256: the 16-byte specializations the timing sees) and has more
+# output tiles than an H100/H200 has SMs (512 or more 128x256 tiles for 132 SMs), so the persistent loops
+# really loop; each configuration is checked at the timed shape itself right before it is timed.
 CHECK_SHAPES = [(1000, 1096, 1000), (777, 520, 1032)]  # ragged: not multiples of the blocks (rows 16-byte aligned)
 DRY_SHAPES = [(50, 40, 68), (33, 48, 20)]
 
@@ -39,7 +43,8 @@ def parse_args(argv=None):
     p.add_argument("--output-dir", type=Path, default=None,
                    help="folder for the dated JSON (default $OUT if set, else benchmarks/results)")
     p.add_argument("--rep-ms", type=int, default=None, help="do_bench: ms of timed repeats (default 500, --quick 100)")
-    p.add_argument("--quick", action="store_true", help="4096^3 only, 100 ms per measurement")
+    p.add_argument("--quick", action="store_true", help="8192^3 only, 100 ms per measurement")
+    p.add_argument("--plan", action="store_true", help="print the planned checks, timed runs and compiles as JSON")
     return p.parse_args(argv)
 
 
@@ -97,13 +102,17 @@ def dry_run(args) -> int:
     return 1 if failures else 0
 
 
-def _check(name, cfg, dev, dtype):
+def _check_shapes(args):
+    return CHECK_SHAPES[:1] if args.quick else CHECK_SHAPES   # quick: one ragged shape, then the timed shape itself
+
+
+def _check(name, cfg, dev, dtype, shapes=CHECK_SHAPES):
     """None when ``name`` at ``cfg`` is right on every ragged shape, else why not."""
     import torch
 
     from course_utils import gemm
 
-    for m, n, k in CHECK_SHAPES:
+    for m, n, k in shapes:
         a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
         want = a.float() @ b.float()
         if name == "warp-specialized":
@@ -119,74 +128,112 @@ def _check(name, cfg, dev, dtype):
     return None
 
 
+def _rel_err(got, want) -> float:
+    return ((got.float() - want).abs().max() / want.abs().max()).item()
+
+
+def plan(args, arch: int = 90) -> dict:
+    """What :func:`gpu_run` will do on ``sm_<arch>``: checks, timed runs and kernel compiles."""
+    from course_utils import gemm
+
+    configs = [(name, cfg) for name in gemm.VARIANTS for cfg in gemm.gpu_configs(name, arch)]
+    shapes = SHAPES[:1] if args.quick else SHAPES
+    # one compile for the ragged check shapes and one for the aligned timed shapes (16-byte specializations)
+    return {"script": "gemm_gpu", "arch": arch, "configs": len(configs), "shapes": shapes,
+            "checks": len(configs) * (len(_check_shapes(args)) + len(shapes)), "timed_runs": len(shapes) * (1 + len(configs)),
+            "compiles": 2 * len(configs)}
+
+
 def gpu_run(args) -> int:
     import torch
     from triton.testing import do_bench
 
+    from _record import Record, peak_for
     from course_utils import gemm
-    from course_utils.provenance import machine_info
+    from course_utils.provenance import machine_info, results_path
 
     torch.manual_seed(0)
     dev, dtype = "cuda", torch.bfloat16
     major, minor = torch.cuda.get_device_capability(0)
     arch = 10 * major + minor
     rep = args.rep_ms or (100 if args.quick else 500)
-    result = {
-        **machine_info(), "dtype": "bfloat16", "timing": f"triton.testing.do_bench(rep={rep} ms), median, after warm-up",
+    machine = machine_info()
+    peak, peak_source = peak_for(machine["gpu"], "bfloat16")
+    name = "".join(ch if ch.isalnum() else "_" for ch in machine["gpu"]).strip("_").lower()
+    folder = _output_dir(args)
+    folder.mkdir(parents=True, exist_ok=True)
+    rec = Record(results_path(f"gemm_gpu_{name}", folder=folder), {
+        **machine, "dtype": "bfloat16", "timing": f"triton.testing.do_bench(rep={rep} ms), median, after warm-up",
         "warp_specialize": gemm.warp_specialize_available()[1], "configs_for": f"sm_{90 if arch >= 90 else 80}",
-        "checks": {}, "results": [],
-    }
+        "peak_flops": peak, "peak_source": peak_source, "plan": plan(args, arch), "checks": {}, "results": [],
+    })
     passing, failed = {}, []
-    for name in gemm.VARIANTS:  # correctness first: every (variant, configuration) that will be timed
-        for cfg in gemm.gpu_configs(name, arch):
-            key = f"{name} @ {_label(cfg)}"
+    for vname in gemm.VARIANTS:  # correctness first: every (variant, configuration) that will be timed, ragged shapes
+        for cfg in gemm.gpu_configs(vname, arch):
+            key = f"{vname} @ {_label(cfg)}"
             try:
-                why = _check(name, cfg, dev, dtype)
+                why = _check(vname, cfg, dev, dtype, _check_shapes(args))
             except Exception as exc:  # noqa: BLE001 - a compile or launch error is a failure too
                 why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-            result["checks"][key] = why or "ok"
+            rec.data["checks"][key] = why or "ok"
+            rec.save()
             if why:
                 failed.append(key)
             else:
-                passing.setdefault(name, []).append(cfg)
+                passing.setdefault(vname, []).append(cfg)
             print(f"check {key:<48} {why or 'ok'}", flush=True)
     try:
         a, b = torch.randn(512, 512, device=dev, dtype=dtype), torch.randn(512, 512, device=dev, dtype=dtype)
         _, handle = gemm.matmul_tiled(a, b, return_kernel=True)
-        result["wgmma_in_ptx"] = gemm.wgmma_in_ptx(handle)
+        rec.set(wgmma_in_ptx=gemm.wgmma_in_ptx(handle))
     except Exception as exc:  # noqa: BLE001
-        result["wgmma_in_ptx"] = f"unknown ({type(exc).__name__})"
+        rec.set(wgmma_in_ptx=f"unknown ({type(exc).__name__})")
     for m, n, k in SHAPES[:1] if args.quick else SHAPES:
         a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
+        want = a.float() @ b.float()                         # fp32 reference for the timed shape itself
         flops = 2 * m * n * k
         t_ref = do_bench(lambda: torch.matmul(a, b), warmup=100, rep=rep, return_mode="median") * 1e-3
-        rows = [{"variant": "torch.matmul (cuBLAS)", "shape": [m, n, k], "seconds": t_ref, "tflops": flops / t_ref / 1e12,
-                 "ratio_to_cublas": 1.0}]
-        for name, cfgs in passing.items():
-            timed = []
-            for cfg in cfgs:
-                t = do_bench(lambda: gemm.VARIANTS[name](a, b, cfg), warmup=100, rep=rep, return_mode="median") * 1e-3
-                timed.append({"config": cfg.__dict__, "seconds": t, "tflops": flops / t / 1e12})
-            best = min(timed, key=lambda r: r["seconds"])
-            rows.append({"variant": name, "shape": [m, n, k], "seconds": best["seconds"], "tflops": best["tflops"],
-                         "ratio_to_cublas": t_ref / best["seconds"], "config": best["config"], "all_configs": timed})
-        for r in rows:
-            print(f"{m}x{n}x{k} {r['variant']:<22} {r['tflops']:8.1f} TFLOP/s  {r['ratio_to_cublas']:.3f}x cuBLAS", flush=True)
-        result["results"].extend(rows)
-    result["failed"] = failed
-    name = "".join(ch if ch.isalnum() else "_" for ch in result["gpu"]).strip("_").lower()
-    _write(args, f"gemm_gpu_{name}", result)
+        rec.add("results", {"variant": "torch.matmul (cuBLAS)", "shape": [m, n, k], "seconds": t_ref,
+                            "tflops": flops / t_ref / 1e12, "ratio_to_cublas": 1.0,
+                            "rel_err": _rel_err(torch.matmul(a, b), want),
+                            "peak_share": flops / t_ref / peak if peak else None})
+        for vname, cfgs in passing.items():
+            for cfg in cfgs:                                 # each configuration guarded: one failure loses one row
+                row = {"variant": vname, "shape": [m, n, k], "config": cfg.__dict__}
+                try:
+                    err = _rel_err(gemm.VARIANTS[vname](a, b, cfg), want)
+                    row["rel_err"] = err
+                    if not err < 1e-2:                       # bf16 output: one rounding is 2^-8 relative
+                        raise AssertionError(f"max error {err:.3g} of max |C| at the timed shape")
+                    t = do_bench(lambda: gemm.VARIANTS[vname](a, b, cfg), warmup=100, rep=rep, return_mode="median") * 1e-3
+                    row.update(seconds=t, tflops=flops / t / 1e12, ratio_to_cublas=t_ref / t,
+                               peak_share=flops / t / peak if peak else None)
+                    print(f"{m}x{n}x{k} {vname:<22} {_label(cfg):<26} {row['tflops']:8.1f} TFLOP/s  "
+                          f"{row['ratio_to_cublas']:.3f}x cuBLAS", flush=True)
+                except Exception as exc:  # noqa: BLE001
+                    row["failed"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                    failed.append(f"{vname} @ {_label(cfg)} {m}x{n}x{k}")
+                    print(f"{m}x{n}x{k} {vname:<22} {_label(cfg):<26} FAILED {row['failed']}", flush=True)
+                rec.add("results", row)
+        a = b = want = None                                  # free the timed shape before the next
+        torch.cuda.empty_cache()
+    rec.finish(failed=failed)
     if failed:
-        print(f"FAILED checks: {', '.join(failed)}")
+        print(f"FAILED: {', '.join(failed)}")
     return 1 if failed else 0
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.plan:
+        print(json.dumps(plan(args)))
+        return 0
     if args.dry_run:  # before anything imports Triton: the interpreter, whatever the machine has
         os.environ["COURSE_TIER"] = "cpu"
         os.environ["TRITON_INTERPRET"] = "1"
-    from course_utils.env import detect_tier  # the course's one definition of the tier (COURSE_TIER overrides)
+    from course_utils.env import configure_triton, detect_tier  # the course's one definition of the tier (COURSE_TIER overrides)
+
+    configure_triton()  # before a kernel module imports Triton: the interpreter on the CPU tier
 
     if args.dry_run or detect_tier() == "cpu":
         return dry_run(args)

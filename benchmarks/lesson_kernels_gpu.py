@@ -12,7 +12,6 @@ driver's view of the cubin, wgmma/TMA/setmaxnreg in its PTX). Writes
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ def _facts(handle) -> dict:
     return facts
 
 
-def run(dry: bool) -> list[dict]:
+def run(dry: bool, rec=None) -> list[dict]:
     import torch
     import torch.nn.functional as F
 
@@ -52,6 +51,8 @@ def run(dry: bool) -> list[dict]:
         except Exception as exc:  # noqa: BLE001 - record and go on
             rows.append({"check": name, "status": f"FAILED: {type(exc).__name__}: {str(exc)[:300]}"})
         print(f"{name:<52} {rows[-1]['status']}", flush=True)
+        if rec is not None:
+            rec.add("checks", rows[-1])  # on disk before the next check
 
     gen = torch.Generator().manual_seed(0)
 
@@ -62,7 +63,13 @@ def run(dry: bool) -> list[dict]:
         x, w = rand(2, 8, 13, 11), rand(16, 8, 3, 3)               # (N, C, H, W), (C_out, C_in, KH, KW)
         got = cv.conv2d_triton(x, w, padding=1)
         rtol, atol = tolerance_for("triton_interpreter" if dry else torch.float32, n=72)
-        torch.testing.assert_close(got, F.conv2d(x, w, padding=1), rtol=rtol, atol=atol)
+        tf32 = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False       # cuDNN's default for fp32 convolutions is TF32: the
+        try:                                          # reference must be exact fp32, as the kernel is
+            want = F.conv2d(x, w, padding=1)
+        finally:
+            torch.backends.cudnn.allow_tf32 = tf32
+        torch.testing.assert_close(got, want, rtol=rtol, atol=atol)
 
     record("03 conv2d_triton (implicit GEMM, fp32)", conv)
     gdtype = torch.float32 if dry else torch.bfloat16
@@ -89,11 +96,12 @@ def run(dry: bool) -> list[dict]:
         record(f"05 gemm {name}", one)
 
     def attention(d, causal):
-        adtype = torch.float32 if dry else torch.bfloat16
+        arch = 0 if dry else 10 * torch.cuda.get_device_capability(0)[0] + torch.cuda.get_device_capability(0)[1]
+        adtype = torch.float32 if dry else torch.bfloat16 if arch >= 80 else torch.float16   # a T4 has no bf16
         b, h, seq = (1, 2, 40) if dry else (2, 8, 1000)
         q, k, v = (rand(b, h, seq, d, dtype=adtype) for _ in range(3))  # (B, H, L, D)
-        bm, bn = (16, 16) if dry else (128, 64)
-        o, _ = att.flash_attention_triton(q, k, v, causal, None, bm, bn, *((None, None) if dry else (8, 3)))
+        bm, bn, warps, stages = (16, 16, None, None) if dry else att.attention_configs(arch, "fwd")[0]
+        o, _ = att.flash_attention_triton(q, k, v, causal, None, bm, bn, warps, stages)
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
         err = (o.float() - ref).abs().max().item()
         assert err < (1e-4 if dry else 2e-2), f"max |error| {err:.3g}"
@@ -113,18 +121,21 @@ def main(argv=None) -> int:
     if args.dry_run:  # before Triton is imported: the interpreter, whatever the machine has
         os.environ["COURSE_TIER"] = "cpu"
         os.environ["TRITON_INTERPRET"] = "1"
-    from course_utils.env import detect_tier
+    from course_utils.env import configure_triton, detect_tier
+
+    configure_triton()  # before a kernel module imports Triton: the interpreter on the CPU tier
     from course_utils.provenance import machine_info, results_path
 
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _record import Record
+
     dry = args.dry_run or detect_tier() == "cpu"
-    rows = run(dry)
     folder = args.output_dir or (Path(os.environ["OUT"]) if os.environ.get("OUT") else ROOT / "benchmarks" / "results")
-    folder.mkdir(parents=True, exist_ok=True)
-    path = results_path("lesson_kernels_gpu" + ("_dryrun" if dry else ""), folder=folder)
+    rec = Record(results_path("lesson_kernels_gpu" + ("_dryrun" if dry else ""), folder=folder),
+                 {**machine_info(extra={"mode": "dry run" if dry else "gpu"}), "checks": []})
+    rows = run(dry, rec)
     failed = [r["check"] for r in rows if r["status"] != "ok"]
-    path.write_text(json.dumps({**machine_info(extra={"mode": "dry run" if dry else "gpu"}), "checks": rows,
-                                "failed": failed}, indent=1) + "\n")
-    print(f"wrote {path}")
+    rec.finish(failed=failed)
     return 1 if failed else 0
 
 

@@ -4,6 +4,7 @@ At the bottom (every module may import these):
 
 * :mod:`~course_utils.errors` -- ``CheckFailed``, ``NotAttempted``, ``ForbiddenCall``, ``TritonUnavailable``
 * :mod:`~course_utils.paths` -- where things are in a checkout (``ROOT``, ``SOLUTIONS``, ``BENCHMARK_RESULTS``...)
+* :mod:`~course_utils.topics` -- the registry of topics: lessons, problem set, library modules, checks, kernels
 
 Lesson-facing runtime (every notebook, the topic modules, the benchmarks):
 
@@ -23,7 +24,8 @@ The classroom, never imported by lessons or topic modules (:mod:`course_utils.cl
 Maintainers' tools (:mod:`course_utils.devtools`): ``doctor``, ``notebook_times``, ``portable`` and the
 ``compile_matrix`` of every course kernel.
 
-Lesson libraries (what later lessons and benchmarks reuse; each lesson writes its own version first):
+Lesson libraries (what later lessons and benchmarks reuse; each lesson writes its own version first;
+the list is ``topics.package_index()``, which a test compares with this one):
 00 ``foundations`` · 01 ``floating_point[_rounding|_summation]`` · 02 ``mixed_precision[_memory]`` ·
 03 ``convolution[_blocking|_compiled|_machine]`` · 04 ``upsampling`` · 05 ``gemm[_models|_kernels]`` ·
 06 ``attention[_io|_triton|_triton_backward]`` · 07 ``slm[_train|_quant|_nas]`` ·

@@ -1,4 +1,4 @@
-"""Command line of the course: ``python -m course_utils {exercises,grade,grade-class,doctor,times}``."""
+"""Command line of the course: ``python -m course_utils {exercises,grade,grade-class,release,doctor,times}``."""
 from __future__ import annotations
 
 import argparse
@@ -47,7 +47,9 @@ def _grade(args) -> int:
     from .classroom.grader import EXIT_BAD_INPUT, EXIT_FULL, EXIT_NO_KERNEL, EXIT_PARTIAL, GradingInputError, KernelStartError, grade_notebook, write_json
 
     try:
-        report = grade_notebook(Path(args.path), cell_timeout=args.cell_timeout, pristine=args.pristine)
+        report = grade_notebook(Path(args.path), cell_timeout=args.cell_timeout, pristine=args.pristine,
+                                sandbox=False if args.no_sandbox else None,
+                                progress=lambda e: print(f"  {e.name}: {e.status}", file=sys.stderr, flush=True))
     except GradingInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -61,20 +63,57 @@ def _grade(args) -> int:
 
 
 def _grade_class(args) -> int:
-    from .classroom.gradebook import grade_class, statistics, statistics_table
-    from .classroom.grader import EXIT_BAD_INPUT, GradingInputError
+    from .classroom.gradebook import grade_class, learners_table, statistics, statistics_table
+    from .classroom.grader import EXIT_BAD_INPUT, EXIT_NO_KERNEL, GradingInputError
+    from .classroom.sandbox import sandbox_problem, sandbox_wanted
 
+    if not args.no_sandbox and sandbox_wanted() and sandbox_problem():
+        print(f"error: {sandbox_problem()}", file=sys.stderr)
+        return EXIT_NO_KERNEL
+
+    deadline = None
+    if args.deadline:
+        import datetime
+
+        try:
+            deadline = datetime.datetime.fromisoformat(args.deadline)
+        except ValueError:
+            print(f"error: --deadline {args.deadline!r} is not an ISO date; write it like 2026-12-01T23:59+01:00.", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if deadline.tzinfo is None:
+            deadline = deadline.astimezone()  # the grader's local time zone
     try:
         started = time.monotonic()
         rows = grade_class(Path(args.folder), pristine=args.pristine, out_dir=args.out, workers=args.workers,
-                           cell_timeout=args.cell_timeout)
+                           cell_timeout=args.cell_timeout, sandbox=False if args.no_sandbox else None, roster=args.roster,
+                           assignment=args.assignment, deadline=deadline,
+                           feedback=None if args.feedback == "none" else args.feedback)
     except GradingInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     exercises = [(name, e["max_points"]) for name, e in rows[0].exercises.items()]
-    print(f"{len(rows)} submissions graded in {time.monotonic() - started:.0f} s; "
-          f"gradebook.csv and gradebook.json written to {args.out or args.folder}")
+    graded = [r for r in rows if r.status != "not submitted"]
+    broken = [r for r in rows if r.broken]
+    print(f"{len(graded)} submissions graded in {time.monotonic() - started:.0f} s, {len(broken)} of them broken "
+          f"(not graded as a whole), {len(rows) - len(graded)} learners without a submission; gradebook.csv, "
+          f"gradebook.json and feedback/ written to {args.out or args.folder}")
+    print(learners_table(rows, exercises))
     print(statistics_table(statistics(rows, exercises)))
+    return 0
+
+
+def _release(args) -> int:
+    from .classroom.release import ReleaseError, build_release
+
+    try:
+        summary = build_release(Path(args.out), modules=args.topics or None)
+    except ReleaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    banked = sum(sum(v.values()) for v in summary.values())
+    total = sum(len(v) for v in summary.values())
+    print(f"release written to {args.out}: lessons, exercises and the course package; {banked} of {total} checks "
+          "replay a recorded bank, the others tell learners that the instructor's grader checks them.")
     return 0
 
 
@@ -92,6 +131,8 @@ def _times(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .classroom.grader import DEFAULT_CELL_TIMEOUT
+
     parser = argparse.ArgumentParser(prog="python -m course_utils", description="Loops to Kernels course tools.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -104,18 +145,32 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("grade", help="execute a notebook in a fresh kernel and grade each exercise")
     p.add_argument("path", help="the learner's notebook (.ipynb); it is never modified")
     p.add_argument("--json", metavar="OUT", help="also write the report as JSON to OUT")
-    p.add_argument("--cell-timeout", type=float, default=120, metavar="S", help="seconds per cell before it is interrupted (default 120)")
+    p.add_argument("--cell-timeout", type=float, default=DEFAULT_CELL_TIMEOUT, metavar="S",
+                   help=f"seconds per cell before it is interrupted (default {DEFAULT_CELL_TIMEOUT})")
+    p.add_argument("--no-sandbox", action="store_true", help="run the learner's kernel without the bubblewrap sandbox "
+                   "(only for notebooks you trust: it could read the answers)")
     p.add_argument("--pristine", metavar="SOLUTION", help="the course's solution notebook whose graded cells are used "
                    "(default: solutions/ with the same file name)")
     p.set_defaults(func=_grade)
 
     p = sub.add_parser("grade-class", help="grade a folder of submissions into a gradebook (CSV, JSON) with class statistics")
-    p.add_argument("folder", help="one notebook per learner (the learner is the file name)")
+    p.add_argument("folder", help="LEARNER.ipynb files, or nbgrader's submitted/LEARNER/ASSIGNMENT/ folders")
     p.add_argument("--pristine", metavar="SOLUTION", help="the problem set's solution notebook (default: found by grade ids)")
     p.add_argument("--out", metavar="DIR", help="where to write gradebook.csv/json (default: the folder)")
     p.add_argument("--workers", type=int, metavar="N", help="submissions graded at once (default: the number of cores)")
-    p.add_argument("--cell-timeout", type=float, default=60, metavar="S", help="seconds per cell (default 60)")
+    p.add_argument("--cell-timeout", type=float, default=DEFAULT_CELL_TIMEOUT, metavar="S",
+                   help=f"seconds per cell (default {DEFAULT_CELL_TIMEOUT})")
+    p.add_argument("--no-sandbox", action="store_true", help="grade without the bubblewrap sandbox (trusted notebooks only)")
+    p.add_argument("--roster", metavar="CSV", help="learners (columns id,name,email); those without a submission get a row")
+    p.add_argument("--assignment", metavar="NAME", help="in nbgrader's layout, the assignment folder to grade")
+    p.add_argument("--deadline", metavar="ISO", help="e.g. 2026-12-01T23:59+01:00: rows submitted later are flagged late")
+    p.add_argument("--feedback", choices=["md", "html", "none"], default="md", help="per-learner feedback files (default md)")
     p.set_defaults(func=_grade_class)
+
+    p = sub.add_parser("release", help="write the learners' release: lessons, exercises, self-checks without references")
+    p.add_argument("out", help="a new folder outside the repository")
+    p.add_argument("--topics", nargs="*", metavar="MODULE", help="grading modules to release (default: all), e.g. foundations")
+    p.set_defaults(func=_release)
 
     p = sub.add_parser("doctor", help="check packages, device tier and Triton mode")
     p.set_defaults(func=_doctor)

@@ -38,9 +38,31 @@ __all__ = [
     "flash_attention",
     "compile_attention_forward",
     "compile_attention_kernels",
+    "ATTENTION_GPU_CONFIGS",
+    "attention_configs",
 ]
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e)), the GPU's native exponential
+
+# What benchmarks/attention_gpu.py tries per GPU generation, as (block_m, block_n, num_warps, num_stages); the
+# backward ones are both backward kernels'. tests/test_compile_kernels.py compiles each for d = 64 and 128,
+# GROUP 1 and 4, causal and not (course_utils.devtools.compile_matrix) and fails on a spill, on shared
+# memory over the GPU's limit, or on a Hopper kernel without wgmma. Left out, because they fail that:
+# sm_90 forward (128, 64, 4, 3) spills at d=128, and (128, 128, 8, 2) at d=128 causal (20 B); backward BLOCK_M=32 compiles the dQ kernel to mma.sync (a
+# warpgroup MMA needs 64 rows); backward 64x128 and 128x64 spill at d=128. sm_80: the d=128 forward spills at
+# 128x64 and 128x128 with 8 warps. sm_75 (a T4): fp16 (no bf16 there), 64 KiB of shared memory per block, and
+# Triton emits FMAs, not tensor-core MMAs, so registers run out early: the forward spills at 64x64 (d=64, 11 KB)
+# and 32x32 (d=128, 1.6 KB), the backward at 32x32 (d=64); 16x16 tiles do not spill.
+ATTENTION_GPU_CONFIGS: dict[int, dict[str, list[tuple[int, int, int, int]]]] = {
+    90: {"fwd": [(128, 64, 8, 3), (64, 64, 4, 3)], "bwd": [(64, 64, 8, 2)]},
+    80: {"fwd": [(64, 64, 4, 3)], "bwd": [(64, 64, 8, 2)]},
+    75: {"fwd": [(16, 16, 4, 2)], "bwd": [(16, 16, 4, 2)]},
+}
+
+
+def attention_configs(arch: int, kind: str) -> list[tuple[int, int, int, int]]:
+    """The benchmark's ``kind`` (``"fwd"`` or ``"bwd"``) configurations for ``sm_<arch>`` (the generation below it)."""
+    return list(ATTENTION_GPU_CONFIGS[90 if arch >= 90 else 80 if arch >= 80 else 75][kind])
 
 # Triton picks interpreter or compiler when imported: env.import_triton() switches to the
 # interpreter on the CPU tier first, as setup() does.
@@ -90,9 +112,11 @@ if triton is not None:
                     mask=m_ok[:, None], other=0.0)  # (BLOCK_M, HEAD_DIM), read once, kept on chip
         kv_head = head // GROUP  # GQA: GROUP consecutive query heads read one key/value head
         k_base, v_base = k_ptr + kv_head * stride_kh, v_ptr + kv_head * stride_vh
-        m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)  # running max, base-2 units
-        l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)  # running sum
-        acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)  # unnormalised output
+        # fp32 accumulators; float64 inputs (gradcheck) keep float64 ones, or the loop would change their type
+        ACC = tl.float64 if q_ptr.dtype.element_ty == tl.float64 else tl.float32
+        m_i = tl.full((BLOCK_M,), float("-inf"), dtype=ACC)  # running max, base-2 units
+        l_i = tl.zeros((BLOCK_M,), dtype=ACC)  # running sum
+        acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=ACC)  # unnormalised output
         # Stage 1: key blocks every row of this query block sees in full (all of them without a causal mask).
         lo = seqlen_k
         if CAUSAL:
@@ -110,7 +134,7 @@ if triton is not None:
                                                     DOT_PRECISION)
         acc = acc / l_i[:, None]
         lse = (m_i + tl.log2(l_i)) / 1.4426950408889634  # eq. (8), back to natural log
-        tl.store(lse_ptr + head * seqlen_q + offs_m, lse, mask=m_ok)
+        tl.store(lse_ptr + head * seqlen_q + offs_m, lse.to(lse_ptr.dtype.element_ty), mask=m_ok)
         tl.store(o_ptr + head * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :],
                  acc.to(o_ptr.dtype.element_ty), mask=m_ok[:, None])
 else:  # pragma: no cover
@@ -146,16 +170,16 @@ def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
     for name, n in (("head dim", d), ("block_m", block_m), ("block_n", block_n)):
         if n < 16 or n & (n - 1):
             raise ValueError(f"{name}={n}: use a power of two >= 16 (tl.arange and tl.dot need it)")
-    if q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise TypeError(f"unsupported dtype {q.dtype}")
-    if q.device.type == "cpu" and q.dtype != torch.float32:
+    if q.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        raise TypeError(f"unsupported dtype {q.dtype}: pass float32, bfloat16, float16 (or float64 for gradcheck)")
+    if q.device.type == "cpu" and q.dtype in (torch.float16, torch.bfloat16):
         raise TypeError("under the interpreter compute in fp32: its bf16/fp16 results are wrong")
     if max(q.numel(), k.numel()) >= 2 ** 31:
         raise ValueError("tensors too large for the kernel's int32 offsets")
     q3 = q.contiguous().view(b * hq, lq, d)  # (B*H_q, L_q, D)
     k3, v3 = (t.contiguous().view(b * hkv, lk, d) for t in (k, v))  # (B*H_kv, L_k, D)
     o = torch.empty_like(q3)
-    lse = torch.empty((b * hq, lq), device=q.device, dtype=torch.float32)
+    lse = torch.empty((b * hq, lq), device=q.device, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
     grid = (triton.cdiv(lq, block_m), b * hq)
     launch = {key: val for key, val in (("num_warps", num_warps), ("num_stages", num_stages)) if val is not None}
     flash_attention_fwd_kernel[grid](
@@ -163,7 +187,7 @@ def flash_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ca
         q3.stride(0), q3.stride(1), k3.stride(0), k3.stride(1), v3.stride(0), v3.stride(1), o.stride(0), o.stride(1),
         lq, lk, _scale(d, scale) * LOG2E,
         CAUSAL=causal, HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # tf32 is ignored for 16-bit inputs
+        DOT_PRECISION="ieee" if q.dtype in (torch.float32, torch.float64) else "tf32",  # tf32: ignored for 16-bit
         GROUP=hq // hkv, **launch,
     )
     return o.view(b, hq, lq, d), lse.view(b, hq, lq)
@@ -179,8 +203,8 @@ class FlashAttentionFunction(torch.autograd.Function):
     """Forward: the Triton kernel (saves only Q, K, V, O and the lse). Backward: the Triton backward of
     :mod:`course_utils.attention_triton_backward` (delta pre-pass, dK/dV kernel, dQ kernel).
 
-    float64 (``gradcheck``): the forward is the same algorithm in torch (rung 4; the kernel's accumulators
-    are fp32), the backward the Triton kernels on float64 tiles. A head dim the kernels do not take falls
+    float64 (``gradcheck``): the forward is the same algorithm in torch (rung 4), the backward the Triton
+    kernels on float64 tiles with float64 accumulators (fp32 ones would not compile as loop-carried values). A head dim the kernels do not take falls
     back to the tiled torch backward. GQA: ``k``, ``v`` with ``H_kv`` dividing ``H_q`` heads.
     """
 
@@ -240,11 +264,12 @@ _DQ_ARGS = (["q_ptr", "k_ptr", "v_ptr", "do_ptr", "lse_ptr", "delta_ptr", "dq_pt
 
 def _signature(kernel: str, dtype: str) -> tuple[list[str], dict[str, str]]:
     """Argument names and Triton types of one of the course's attention kernels (``fwd``, ``dkdv``, ``dq``)."""
+    stats = "*fp64" if dtype == "fp64" else "*fp32"  # lse and delta: fp32, float64 under gradcheck
     if kernel == "fwd":
-        return _FWD_ARGS, dict(zip(_FWD_ARGS, [f"*{dtype}"] * 4 + ["*fp32"] + ["i32"] * 10 + ["fp32"]))
+        return _FWD_ARGS, dict(zip(_FWD_ARGS, [f"*{dtype}"] * 4 + [stats] + ["i32"] * 10 + ["fp32"]))
     names = _DKDV_ARGS if kernel == "dkdv" else _DQ_ARGS
     ptrs = [n for n in names if n.endswith("_ptr")]
-    types = {n: "*fp32" if n in ("lse_ptr", "delta_ptr") else f"*{dtype}" for n in ptrs}
+    types = {n: stats if n in ("lse_ptr", "delta_ptr") else f"*{dtype}" for n in ptrs}
     types.update({n: "i32" for n in names if n.startswith(("stride", "seqlen"))}, scale="fp32")
     return names, types
 
@@ -258,7 +283,7 @@ def _compile_here(arch: int, kernel: str = "fwd", causal: bool = True, head_dim:
           "dq": flash_attention_bwd_dq_kernel}[kernel]
     names, signature = _signature(kernel, dtype)
     constexprs = {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_M": block_m, "BLOCK_N": block_n,
-                  "DOT_PRECISION": "ieee" if dtype == "fp32" else "tf32", "GROUP": group}
+                  "DOT_PRECISION": "ieee" if dtype in ("fp32", "fp64") else "tf32", "GROUP": group}
     signature.update(dict.fromkeys(constexprs, "constexpr"))
     divisible = [n for n in names if n.endswith("_ptr") or n.startswith("stride")]  # aligned, multiples of 16
     return compile_for(fn, arch=arch, signature=signature, constexprs=constexprs, divisible=divisible,

@@ -56,7 +56,8 @@ if triton is not None:
                     mask=m_ok[:, None], other=0.0)  # (BLOCK_M, HEAD_DIM)
         do = tl.load(do_ptr + head * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :],
                      mask=m_ok[:, None], other=0.0)
-        delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)  # (BLOCK_M,)
+        ACC = tl.float64 if o_ptr.dtype.element_ty == tl.float64 else tl.float32  # float64 only for gradcheck
+        delta = tl.sum(o.to(ACC) * do.to(ACC), 1)  # (BLOCK_M,)
         tl.store(delta_ptr + head * seqlen_q + offs_m, delta, mask=m_ok)
 
     @triton.jit
@@ -99,14 +100,17 @@ if triton is not None:
                     mask=n_ok[:, None], other=0.0)  # (BLOCK_N, HEAD_DIM), read once
         v = tl.load(v_ptr + kv_head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :],
                     mask=n_ok[:, None], other=0.0)
-        dk = tl.zeros((BLOCK_N, HEAD_DIM), dtype=tl.float32)
-        dv = tl.zeros((BLOCK_N, HEAD_DIM), dtype=tl.float32)
+        ACC = tl.float64 if k_ptr.dtype.element_ty == tl.float64 else tl.float32  # float64 only for gradcheck
+        dk = tl.zeros((BLOCK_N, HEAD_DIM), dtype=ACC)  # a loop-carried variable keeps its type
+        dv = tl.zeros((BLOCK_N, HEAD_DIM), dtype=ACC)
         scale_log2e = scale * 1.4426950408889634
         mid = 0  # first query block that sees the whole key block
         if CAUSAL:
             lo = start_n // BLOCK_M * BLOCK_M  # query blocks wholly above the diagonal: skipped
             mid = tl.minimum(tl.cdiv(start_n + BLOCK_N, BLOCK_M) * BLOCK_M, seqlen_q)
-        for g in range(GROUP):  # GQA: the query heads that share this key/value head, summed here
+            if GROUP > 1:  # GQA: one loop per query head, every tile masked (the mask is a no-op below the
+                mid = seqlen_q  # diagonal); two loops per head of the group spill registers at d=128
+        for g in tl.static_range(GROUP):  # GQA: the query heads sharing this key/value head, summed on chip
             head = kv_head * GROUP + g
             q_base, do_base = q_ptr + head * stride_qh, do_ptr + head * stride_doh
             lse_base, delta_base = lse_ptr + head * seqlen_q, delta_ptr + head * seqlen_q
@@ -115,10 +119,11 @@ if triton is not None:
                     dk, dv = attention_dkdv_step(k, v, dk, dv, q_base, do_base, lse_base, delta_base, start_m, offs_m,
                                                  offs_n, offs_d, seqlen_q, stride_qm, stride_dom, scale_log2e,
                                                  True, DOT_PRECISION)
-            for start_m in range(mid, seqlen_q, BLOCK_M):  # stage 2: no mask needed
-                dk, dv = attention_dkdv_step(k, v, dk, dv, q_base, do_base, lse_base, delta_base, start_m, offs_m,
-                                             offs_n, offs_d, seqlen_q, stride_qm, stride_dom, scale_log2e,
-                                             False, DOT_PRECISION)
+            if not CAUSAL or GROUP == 1:
+                for start_m in range(mid, seqlen_q, BLOCK_M):  # stage 2: no mask needed
+                    dk, dv = attention_dkdv_step(k, v, dk, dv, q_base, do_base, lse_base, delta_base, start_m,
+                                                 offs_m, offs_n, offs_d, seqlen_q, stride_qm, stride_dom, scale_log2e,
+                                                 False, DOT_PRECISION)
         tl.store(dk_ptr + kv_head * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :],
                  (dk * scale).to(dk_ptr.dtype.element_ty), mask=n_ok[:, None])  # eq. (12): dK = tau dS^T Q
         tl.store(dv_ptr + kv_head * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :],
@@ -165,7 +170,8 @@ if triton is not None:
         delta = tl.load(delta_ptr + head * seqlen_q + offs_m, mask=m_ok, other=0.0)
         k_base = k_ptr + (head // GROUP) * stride_kh  # GQA: the key/value head this query head reads
         v_base = v_ptr + (head // GROUP) * stride_vh
-        dq = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
+        ACC = tl.float64 if q_ptr.dtype.element_ty == tl.float64 else tl.float32  # float64 only for gradcheck
+        dq = tl.zeros((BLOCK_M, HEAD_DIM), dtype=ACC)
         scale_log2e = scale * 1.4426950408889634
         lo = seqlen_k
         if CAUSAL:

@@ -55,13 +55,6 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize()
-
-
 @contextlib.contextmanager
 def single_thread(threads: int = 1):
     """Limit torch and NumPy's BLAS/OpenMP pools to ``threads`` inside the block, then restore them.

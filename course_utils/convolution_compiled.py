@@ -19,11 +19,11 @@ from __future__ import annotations
 import numpy as np
 
 from .convolution import conv_output_size
-from .convolution_machine import register_tile, register_tile_shape, vector_isa  # first: lets LLVM use 512-bit vectors
+from .convolution_machine import register_tile, register_tile_shape, vector_isa
 
-import numba  # noqa: E402  (after convolution_machine, which configures Numba's code generation)
+import numba  # noqa: E402  (Numba's options: env.configure_numba(), which setup() calls before this import)
 
-__all__ = ["MR", "NR", "BLOCKS", "pack_a", "pack_b", "micro_kernel", "gemm_compiled", "gemm_compiled_parallel",
+__all__ = ["MR", "NR", "BLOCKS", "pack_a_into", "pack_b_into", "micro_kernel", "gemm_compiled", "gemm_compiled_parallel",
            "conv2d_im2col_compiled", "conv2d_direct_compiled", "pack_b_from_image", "aligned_empty", "workspace"]
 
 _ISA = vector_isa()
@@ -36,7 +36,7 @@ _FLAGS = dict(fastmath={"contract"}, boundscheck=False, cache=True)
 
 
 @numba.njit(**_FLAGS)
-def pack_a(a, ic, pc, mc, kc, out):
+def pack_a_into(a, ic, pc, mc, kc, out):
     """A[ic:ic+mc, pc:pc+kc] -> out[panel, p, i]: MR-row micro-panels, k-major, zero-padded past row mc."""
     for panel in range((mc + MR - 1) // MR):
         for p in range(kc):
@@ -46,7 +46,7 @@ def pack_a(a, ic, pc, mc, kc, out):
 
 
 @numba.njit(**_FLAGS)
-def pack_b(b, pc, jc, kc, nc, out):
+def pack_b_into(b, pc, jc, kc, nc, out):
     """B[pc:pc+kc, jc:jc+nc] -> out[panel, p, j]: NR-column micro-panels, k-major, zero-padded past column nc."""
     for panel in range((nc + NR - 1) // NR):
         for p in range(kc):
@@ -79,10 +79,10 @@ def _gemm_loops(a, b, c, mc, kc, nc, a_buf, b_buf):
         ncur = min(nc, n - jc)
         for pc in range(0, k, kc):
             kcur = min(kc, k - pc)
-            pack_b(b, pc, jc, kcur, ncur, b_buf)
+            pack_b_into(b, pc, jc, kcur, ncur, b_buf)
             for ic in range(0, m, mc):                           # A block (mc x kc)
                 mcur = min(mc, m - ic)
-                pack_a(a, ic, pc, mcur, kcur, a_buf)
+                pack_a_into(a, ic, pc, mcur, kcur, a_buf)
                 for jr in range((ncur + NR - 1) // NR):          # B micro-panel (kc x NR)
                     for ir in range((mcur + MR - 1) // MR):      # A micro-panel (MR x kc), C tile (MR x NR)
                         micro_kernel(kcur, a_buf[ir], b_buf[jr], c, ic + ir * MR, jc + jr * NR,
@@ -146,10 +146,10 @@ def _gemm_loops_parallel(a, b, c, mc, kc, nc, a_buf, b_buf):
         for pc in range(0, k, kc):
             kcur = min(kc, k - pc)
             for panel in numba.prange((ncur + NR - 1) // NR):   # pack B's micro-panels in parallel
-                pack_b(b, pc, jc + panel * NR, kcur, min(NR, ncur - panel * NR), b_buf[panel:panel + 1])
+                pack_b_into(b, pc, jc + panel * NR, kcur, min(NR, ncur - panel * NR), b_buf[panel:panel + 1])
             for ic in range(0, m, mc):
                 mcur = min(mc, m - ic)
-                pack_a(a, ic, pc, mcur, kcur, a_buf)
+                pack_a_into(a, ic, pc, mcur, kcur, a_buf)
                 for jr in numba.prange((ncur + NR - 1) // NR):   # threads split the jr loop: disjoint columns of C
                     for ir in range((mcur + MR - 1) // MR):
                         micro_kernel(kcur, a_buf[ir], b_buf[jr], c, ic + ir * MR, jc + jr * NR,
@@ -221,7 +221,7 @@ def _direct_loops(wmat, xp, c, kh, kw, stride, dilation, oh, ow, mc, kc, nc, a_b
                                   dilation, oh, ow, b_buf[panel:panel + 1])
             for ic in range(0, m, mc):
                 mcur = min(mc, m - ic)
-                pack_a(wmat, ic, pc, mcur, kcur, a_buf)
+                pack_a_into(wmat, ic, pc, mcur, kcur, a_buf)
                 for jr in numba.prange((ncur + NR - 1) // NR):
                     for ir in range((mcur + MR - 1) // MR):
                         micro_kernel(kcur, a_buf[ir], b_buf[jr], c, ic + ir * MR, jc + jr * NR,

@@ -12,13 +12,16 @@ from these), :mod:`course_utils.convolution_compiled` and ``benchmarks/conv_cpu.
   machine may report its host socket's whole L3);
 * :func:`prefer_wide_vectors`, :func:`prefer_workqueue_threads` and :func:`register_tile`: three Numba details (let
   LLVM use 512-bit vectors; keep Numba's threads off torch's OpenMP pool; a small array on the stack, which the
-  compiler can keep in registers). The first two run when this module is imported.
+  compiler can keep in registers). The first two live in :mod:`course_utils.env`: :func:`~course_utils.env.setup` runs
+  them (``env.configure_numba()``) before Numba compiles anything; importing this module changes nothing.
 """
 from __future__ import annotations
 
 import os
 import time
 from pathlib import Path
+
+from .env import prefer_wide_vectors, prefer_workqueue_threads
 
 __all__ = ["cpu_flags", "vector_isa", "measure_clock_ghz", "derived_peak_gflops", "fma_throughput_gflops",
            "register_tile_shape",
@@ -174,41 +177,6 @@ def sane_caches(caches: dict, cores: int | None = None, max_l3_per_core: int = M
     return out
 
 
-def prefer_wide_vectors() -> str | None:
-    """Let Numba's LLVM use 512-bit vectors on AVX-512 CPUs (before the first compilation in the process).
-
-    LLVM tunes Intel AVX-512 cores to prefer 256-bit vectors (to avoid the clock drop of early AVX-512 parts); for a
-    GEMM micro-kernel that halves the lanes per instruction. Appending ``-prefer-256-bit`` to the host's feature
-    string lifts that. Returns the feature string set, or None where nothing changed.
-    """
-    import llvmlite.binding as ll
-
-    if os.environ.get("NUMBA_CPU_FEATURES"):
-        return None
-    features = ll.get_host_cpu_features().flatten()
-    if "+avx512f" not in features.split(","):
-        return None
-    # Numba rereads its environment variables before compiling, so the setting goes there (and into its config).
-    os.environ["NUMBA_CPU_FEATURES"] = features + ",-prefer-256-bit"
-    import numba
-
-    numba.config.reload_config()
-    return os.environ["NUMBA_CPU_FEATURES"]
-
-
-def prefer_workqueue_threads() -> None:
-    """Run Numba's ``prange`` loops on its own ``workqueue`` threads rather than on OpenMP (before the first parallel run).
-
-    PyTorch keeps OpenMP threads of its own; with Numba's OpenMP layer as well, the two pools compete for the same
-    cores, and on the course's 2-core machine the compiled GEMM ran 5 to 10x slower on two threads than on one.
-    With ``workqueue`` it ran faster on two, as it should.
-    """
-    os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
-    import numba
-
-    numba.config.reload_config()
-
-
 def _make_register_tile():
     from numba import types
     from numba.core import cgutils
@@ -238,6 +206,4 @@ def _make_register_tile():
     return register_tile
 
 
-prefer_wide_vectors()   # on import, before anything creates Numba's code generator (defining an intrinsic does)
-prefer_workqueue_threads()
 register_tile = _make_register_tile()

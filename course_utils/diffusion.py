@@ -70,10 +70,6 @@ class Schedule:
         return int(self.betas.shape[0])
 
     @property
-    def alphas(self) -> torch.Tensor:
-        return 1.0 - self.betas
-
-    @property
     def snr(self) -> torch.Tensor:
         """Signal-to-noise ratio of x_t: alpha_bar / (1 - alpha_bar) (eq. 3)."""
         return self.alpha_bar / (1.0 - self.alpha_bar)

@@ -1,8 +1,10 @@
-r"""The noise-prediction network of lesson 11, its training loop and the 2-D training data.
+r"""The noise-prediction network of lesson 11, its training loop, the 2-D training data and its exact density.
 
 Used by ``notebooks/11_ddpm_ddim.ipynb`` (section 3, which writes the loss, eq. 5, first) and by later
 lessons that need a trained denoiser. The schedules and :func:`~course_utils.diffusion.q_sample` are in
-:mod:`course_utils.diffusion`.
+:mod:`course_utils.diffusion`. :func:`moons_mixture` writes the moons data as a Gaussian mixture
+(:class:`DiagMixture`) with an exact density and score: lesson 11 measures the true NLL with it, lesson 12
+(:mod:`course_utils.score_sde`, which re-exports both) its exact scores.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from torch import nn
 from .bench import single_thread
 from .diffusion import Schedule, cosine_schedule, linear_schedule, q_sample
 
-__all__ = ["timestep_embedding", "TimeMLP", "TrainConfig", "CPU_PRESET", "train_denoiser", "make_data"]
+__all__ = ["timestep_embedding", "TimeMLP", "DenoiserConfig", "CPU_PRESET", "train_denoiser", "make_data", "DiagMixture",
+           "moons_mixture"]
 
 
 def timestep_embedding(t: torch.Tensor, dim: int, T: int) -> torch.Tensor:
@@ -46,7 +49,7 @@ class TimeMLP(nn.Module):
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class DenoiserConfig:
     """Everything that decides a training run, with the reason for each default."""
 
     T: int = 1000  # diffusion steps; 1000 as in DDPM, so the linear schedule ends near pure noise
@@ -67,10 +70,10 @@ class TrainConfig:
         raise ValueError(f"schedule must be 'linear' or 'cosine', not {self.schedule!r}")
 
 
-CPU_PRESET = TrainConfig()
+CPU_PRESET = DenoiserConfig()
 
 
-def train_denoiser(data: torch.Tensor, config: TrainConfig = CPU_PRESET, *, show_progress: bool = True):
+def train_denoiser(data: torch.Tensor, config: DenoiserConfig = CPU_PRESET, *, show_progress: bool = True):
     r"""Train a :class:`TimeMLP` with the DDPM loss (eq. 5) :math:`\|\epsilon - \epsilon_\theta(x_t, t)\|^2`.
 
     ``data`` is (N, D) float32. Returns ``(model, schedule, losses)`` with ``losses`` the per-step
@@ -133,3 +136,68 @@ def make_data(n: int, *, kind: str = "moons", seed: int = 0) -> torch.Tensor:
     else:
         raise ValueError(f"kind must be 'moons' or 'swiss_roll', not {kind!r}")
     return torch.tensor(x, dtype=torch.float32)
+
+
+# ---------------------------------------------------------------- the moons' exact density (lesson 12, eqs. 1-2)
+@dataclass(frozen=True)
+class DiagMixture:
+    r"""``weights`` (K,), ``means`` (K, D), ``variances`` (K, D): :math:`p(x)=\sum_k w_k\,\mathcal N(x;\mu_k,\mathrm{diag}(v_k))`."""
+
+    weights: torch.Tensor
+    means: torch.Tensor
+    variances: torch.Tensor
+
+    @classmethod
+    def of(cls, weights, means, variances) -> "DiagMixture":
+        w = torch.as_tensor(weights, dtype=torch.float64)
+        m = torch.as_tensor(means, dtype=torch.float64)
+        v = torch.as_tensor(variances, dtype=torch.float64).expand_as(m).clone()
+        return cls(w / w.sum(), m, v)
+
+    def _log_joint(self, x: torch.Tensor) -> torch.Tensor:
+        """log w_k + log N(x; mu_k, v_k): (n, D) -> (n, K), one coordinate at a time (no (n, K, D) temporary)."""
+        out = (self.weights.log() - 0.5 * (2 * math.pi * self.variances).log().sum(-1)).expand(x.shape[0], -1).clone()
+        for d in range(x.shape[1]):
+            out -= 0.5 * (x[:, d, None] - self.means[None, :, d]) ** 2 / self.variances[None, :, d]  # (n, K)
+        return out
+
+    def log_prob(self, x) -> torch.Tensor:
+        """log p(x), (n, D) -> (n,), float64."""
+        return torch.logsumexp(self._log_joint(torch.as_tensor(x, dtype=torch.float64)), dim=-1)
+
+    def score(self, x) -> torch.Tensor:
+        r"""Eq. (2): :math:`\nabla\log p = \sum_k r_k(x)\,(\mu_k - x)/v_k`, responsibilities :math:`r_k`; (n, D), float64."""
+        x = torch.as_tensor(x, dtype=torch.float64)
+        r = torch.softmax(self._log_joint(x), dim=-1)  # (n, K)
+        return r @ (self.means / self.variances) - x * (r @ (1.0 / self.variances))  # (n, D)
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``n`` independent draws, (n, D) float64."""
+        k = torch.multinomial(self.weights, n, replacement=True, generator=generator)  # (n,)
+        z = torch.randn(n, self.means.shape[1], generator=generator, dtype=torch.float64)
+        return self.means[k] + self.variances[k].sqrt() * z
+
+    def ve_noised(self, sigma: float) -> "DiagMixture":
+        r"""The law of :math:`x + \sigma z`: every variance grows by :math:`\sigma^2`."""
+        return DiagMixture(self.weights, self.means, self.variances + sigma**2)
+
+    def vp_noised(self, alpha_bar: float) -> "DiagMixture":
+        r"""The law of :math:`\sqrt{\bar\alpha}x + \sqrt{1-\bar\alpha}z` (lesson 11, eq. 4)."""
+        return DiagMixture(self.weights, math.sqrt(alpha_bar) * self.means, alpha_bar * self.variances + 1.0 - alpha_bar)
+
+
+def moons_mixture(n_angles: int = 200) -> DiagMixture:
+    r"""The standardized two-moons law of :func:`make_data` as a mixture: its exact density and score (lessons 11, 12).
+
+    Each arc point at angle :math:`\theta \sim U(0, \pi)` carries Gaussian noise of std 0.05 before the fixed
+    standardization; the midpoint rule over ``n_angles`` angles per arc turns the integral over
+    :math:`\theta` into ``2 * n_angles`` equally weighted diagonal Gaussians. With 200 angles the spacing
+    along an arc (0.016) is a third of the noise std, where the midpoint rule of a Gaussian is exact to
+    many digits.
+    """
+    theta = (torch.arange(n_angles, dtype=torch.float64) + 0.5) * math.pi / n_angles
+    upper = torch.stack([theta.cos(), theta.sin()], 1)  # (n_angles, 2)
+    lower = torch.stack([1 - theta.cos(), 0.5 - theta.sin()], 1)
+    shift, scale = torch.tensor([0.5, 0.25], dtype=torch.float64), torch.tensor([0.87, 0.5], dtype=torch.float64)
+    means = (torch.cat([upper, lower]) - shift) / scale  # (2 n_angles, 2)
+    return DiagMixture.of(torch.ones(2 * n_angles), means, (0.05 / scale) ** 2)

@@ -5,7 +5,7 @@ Used by every lesson and problem set (``notebooks/``, ``solutions/``) as::
     from course_utils import setup
     env = setup(seed=0)
 
-Tiers (COURSE_DESIGN.md, "Device tiers"):
+Tiers (README.md, "Running on a GPU"; CONTRIBUTING.md):
 
 * ``cpu``  -- no CUDA device: everything runs, Triton through its interpreter, small sizes, fp32.
 * ``cuda`` -- a CUDA device: compiled Triton kernels, real sizes, bf16/fp16.
@@ -13,6 +13,13 @@ Tiers (COURSE_DESIGN.md, "Device tiers"):
 
 ``COURSE_TIER=cpu`` in the environment forces the CPU tier on a GPU machine (useful for checking
 that the CPU path of a notebook still works).
+
+``COURSE_TIER_SIMULATE=sm90`` (or ``cuda-sm80``, ``cuda-sm75``) simulates a GPU tier on a CPU, for CI's
+GPU-tier dry run (``tests/test_gpu_dry_run.py``): :func:`detect_tier` reports that tier, so every ``cuda`` /
+``sm90`` branch of a notebook runs, but tensors stay on the CPU (:attr:`Env.device`), Triton runs in its
+interpreter, :meth:`Env.size` gives the CPU tier's (tiny) problem sizes and :attr:`Env.low_precision` fp32
+(the interpreter's 16-bit dots are wrong). What the interpreter cannot judge (dtypes in compiled kernels,
+shared memory, spills) is covered by the ahead-of-time compile tests (``tests/test_compile_kernels.py``).
 """
 from __future__ import annotations
 
@@ -27,9 +34,27 @@ import numpy as np
 
 from .errors import TritonUnavailable
 
-__all__ = ["Env", "setup", "detect_tier", "import_triton", "seed_everything", "TritonUnavailable", "TRITON_MISSING", "TIERS"]
+__all__ = ["Env", "setup", "detect_tier", "configure_triton", "configure_numba", "prefer_wide_vectors", "prefer_workqueue_threads",
+           "import_triton", "seed_everything", "TritonUnavailable", "TRITON_MISSING", "TIERS"]
 
 TIERS = ("cpu", "cuda", "sm90")
+# COURSE_TIER_SIMULATE value -> (tier, compute capability as 10*major+minor, device, SMs)
+SIMULATED = {
+    "sm90": ("sm90", 90, "NVIDIA H100/H200 (sm_90)", 132),
+    "cuda-sm80": ("cuda", 80, "NVIDIA A100 (sm_80)", 108),
+    "cuda-sm75": ("cuda", 75, "NVIDIA T4 (sm_75)", 40),
+}
+
+
+def simulated() -> tuple[str, int, str, int] | None:
+    """``(tier, arch, device name, SMs)`` when ``COURSE_TIER_SIMULATE`` asks for a simulated GPU tier, else None."""
+    name = os.environ.get("COURSE_TIER_SIMULATE", "").strip().lower()
+    if not name:
+        return None
+    if name not in SIMULATED:
+        raise ValueError(f"COURSE_TIER_SIMULATE={name!r} is not a simulated tier; use one of {', '.join(SIMULATED)} "
+                         "or unset it.")
+    return SIMULATED[name]
 
 
 @dataclass(frozen=True)
@@ -41,6 +66,9 @@ class Env:
     triton_mode: str  # "compiled", "interpreted" or "missing"
     device_name: str  # e.g. "cpu (x86_64, 2 cores)" or "NVIDIA H200"
     versions: dict = field(default_factory=dict)  # package -> version string
+    arch: int | None = None  # the GPU's compute capability as 10*major+minor (90, 80, 75); None on the CPU tier
+    simulated: bool = False  # True under COURSE_TIER_SIMULATE: a GPU tier's branches, run on the CPU
+    sms: int = 4  # streaming multiprocessors (a pretend 4 on the CPU tier, so the interpreter runs few programs)
 
     @property
     def has_triton(self) -> bool:
@@ -61,7 +89,7 @@ class Env:
         """The torch device for this tier (``cuda`` for both GPU tiers)."""
         import torch
 
-        return torch.device("cpu" if self.tier == "cpu" else "cuda")
+        return torch.device("cpu" if self.tier == "cpu" or self.simulated else "cuda")
 
     @property
     def on_gpu(self) -> bool:
@@ -73,10 +101,24 @@ class Env:
 
     @property
     def low_precision(self):
-        """The 16-bit dtype for this tier: bf16 on a GPU, fp32 on the CPU (the interpreter's bf16 is wrong)."""
+        """The 16-bit dtype for this tier: bf16 on a GPU, fp16 on a T4 (sm_75: no bf16 tensor cores), fp32 on
+        the CPU and under a simulated tier (the interpreter's 16-bit dots are wrong)."""
         import torch
 
-        return torch.bfloat16 if self.on_gpu else torch.float32
+        if not self.on_gpu or self.simulated:
+            return torch.float32
+        return torch.float16 if (self.arch or 0) < 80 else torch.bfloat16
+
+    def size(self, cpu: Any, cuda: Any, sm90: Any = None) -> Any:
+        """:meth:`pick` for problem sizes: a simulated GPU tier runs the CPU tier's (tiny) sizes."""
+        return cpu if self.simulated else self.pick(cpu, cuda, sm90)
+
+    def synchronize(self) -> None:
+        """Wait for the GPU (a no-op on the CPU and under a simulated tier)."""
+        if self.on_gpu and not self.simulated:
+            import torch
+
+            torch.cuda.synchronize()
 
     def pick(self, cpu: Any, cuda: Any, sm90: Any = None) -> Any:
         """Choose a value (a size, a dtype, a repeat count) by tier; ``sm90`` defaults to ``cuda``."""
@@ -87,7 +129,7 @@ class Env:
     def describe(self) -> str:
         """The one line printed by :func:`setup`."""
         v = self.versions
-        parts = [f"tier={self.tier}", self.device_name, f"python {v.get('python', '?')}"]
+        parts = [f"tier={self.tier}" + (" (simulated on the CPU)" if self.simulated else ""), self.device_name, f"python {v.get('python', '?')}"]
         for pkg in ("numpy", "torch", "triton"):
             if pkg in v:
                 parts.append(f"{pkg} {v[pkg]}")
@@ -99,6 +141,9 @@ class Env:
 def detect_tier() -> str:
     """``cpu``, ``cuda`` or ``sm90`` from the visible CUDA device (``COURSE_TIER`` overrides)."""
     forced = os.environ.get("COURSE_TIER", "").strip().lower()
+    sim = simulated()
+    if sim and forced != "cpu":
+        return sim[0]
     if forced:
         if forced not in TIERS:
             raise ValueError(f"COURSE_TIER={forced!r} is not a tier; use one of {', '.join(TIERS)} or unset it.")
@@ -113,9 +158,17 @@ def detect_tier() -> str:
     return "sm90" if major == 9 else "cuda"
 
 
-def _configure_triton(tier: str) -> str:
-    """Switch Triton to its interpreter on the CPU tier. Must run before any ``@triton.jit``."""
-    if tier == "cpu":
+def configure_triton(tier: str | None = None) -> str:
+    """Switch Triton to its interpreter on the CPU tier (``TRITON_INTERPRET=1``); returns the mode.
+
+    The explicit call that :func:`setup` makes: importing a course module never changes the process's
+    environment. Run it before anything imports Triton or defines a kernel (a kernel module such as
+    ``course_utils.convolution`` does both): Triton reads the switch when a kernel is defined. Scripts and
+    test sessions that use kernels without ``setup()`` call it first.
+    Returns ``"interpreted"``, ``"compiled"`` or ``"missing"``.
+    """
+    tier = tier or detect_tier()
+    if tier == "cpu" or simulated():  # a simulated GPU tier runs its kernels under the interpreter too
         os.environ["TRITON_INTERPRET"] = "1"
     try:
         import triton  # noqa: F401
@@ -125,7 +178,65 @@ def _configure_triton(tier: str) -> str:
 
 
 TRITON_MISSING = ("Triton is not installed on this machine (it installs only on Linux x86-64): {what} is skipped. "
-                  "To run it, use the course's container (README, 'Run it in a container') or a Linux x86-64 machine.")
+                  "To run it, use the course's container (README, 'The two commands') or a Linux x86-64 machine.")
+
+
+_configure_triton = configure_triton   # the name course_utils.doctor and older scripts use
+
+
+def prefer_wide_vectors() -> str | None:
+    """Let Numba's LLVM use 512-bit vectors on AVX-512 CPUs (before the first compilation in the process).
+
+    LLVM tunes Intel AVX-512 cores to prefer 256-bit vectors (to avoid the clock drop of early AVX-512 parts); for a
+    GEMM micro-kernel that halves the lanes per instruction. Appending ``-prefer-256-bit`` to the host's feature
+    string lifts that. Returns the feature string set, or None where nothing changed.
+    """
+    if os.environ.get("NUMBA_CPU_FEATURES") or not _has_avx512():
+        return None
+    import llvmlite.binding as ll
+
+    features = ll.get_host_cpu_features().flatten()
+    if "+avx512f" not in features.split(","):
+        return None
+    # Numba rereads its environment variables before compiling, so the setting goes there (and into its config).
+    os.environ["NUMBA_CPU_FEATURES"] = features + ",-prefer-256-bit"
+    _reload_numba_config()
+    return os.environ["NUMBA_CPU_FEATURES"]
+
+
+def prefer_workqueue_threads() -> None:
+    """Run Numba's ``prange`` loops on its own ``workqueue`` threads rather than on OpenMP (before the first parallel run).
+
+    PyTorch keeps OpenMP threads of its own; with Numba's OpenMP layer as well, the two pools compete for the same
+    cores, and on the course's 2-core machine the compiled GEMM ran 5 to 10x slower on two threads than on one.
+    With ``workqueue`` it ran faster on two, as it should.
+    """
+    os.environ.setdefault("NUMBA_THREADING_LAYER", "workqueue")
+    _reload_numba_config()
+
+
+def configure_numba() -> None:
+    """The course's two Numba settings (:func:`prefer_wide_vectors`, :func:`prefer_workqueue_threads`).
+
+    The explicit call that :func:`setup` makes (importing ``course_utils.convolution_machine`` changes nothing);
+    it must come before Numba compiles anything in the process, so scripts that use the compiled GEMM without
+    ``setup()`` call it first.
+    """
+    prefer_wide_vectors()
+    prefer_workqueue_threads()
+
+
+def _has_avx512() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx512f" in line for line in f)
+    except OSError:  # not Linux: ask LLVM
+        return True
+
+
+def _reload_numba_config() -> None:
+    if "numba" in sys.modules:  # otherwise Numba reads the environment when it is imported
+        sys.modules["numba"].config.reload_config()
 
 
 class _NeedsTriton:
@@ -168,17 +279,8 @@ class _StubModule:
     def jit(self, fn=None, **kwargs):
         return _StubKernel(fn) if fn is not None else (lambda f: _StubKernel(f))
 
-    def autotune(self, *args, **kwargs):
-        return lambda kernel: kernel
-
-    def heuristics(self, *args, **kwargs):
-        return lambda kernel: kernel
-
     def cdiv(self, a, b):
         return -(-a // b)
-
-    def next_power_of_2(self, n):
-        return 1 << (int(n) - 1).bit_length()
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
@@ -199,14 +301,10 @@ def import_triton(*, stub: bool = False):
     None: kernel cells still define their kernels, and launching one raises :class:`TritonUnavailable`,
     which ``with env.needs_triton(...)`` turns into a one-line notice.
 
-    Triton decides between its interpreter and its compiler when it is imported, so on the CPU tier
-    this switches to the interpreter first, exactly as :func:`setup` does, unless something already
-    decided (an explicit ``TRITON_INTERPRET``, or Triton already imported). Kernel modules
-    (``convolution``, ``gemm``, ``attention``) call it so that tests and plain scripts work without
-    ``setup()``.
+    Importing changes nothing in the process: on a CPU, Triton's interpreter is chosen by
+    :func:`configure_triton`, which :func:`setup` calls (scripts that use kernels without ``setup()`` call
+    it before importing a kernel module).
     """
-    if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ and detect_tier() == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"
     try:
         import triton
         import triton.language as tl
@@ -240,6 +338,9 @@ def _versions() -> dict:
 
 
 def _device_name(tier: str) -> str:
+    sim = simulated()
+    if sim and tier != "cpu":
+        return f"cpu ({platform.machine()}) simulating {sim[2]}"
     if tier == "cpu":
         return f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
     import torch
@@ -274,9 +375,19 @@ def setup(seed: int = 0, *, quiet: bool = False) -> Env:
     Tag that cell ``nbval-ignore-output``.
     """
     tier = detect_tier()
-    triton_mode = _configure_triton(tier)
+    triton_mode = configure_triton(tier)
+    configure_numba()
     seed_everything(seed)
-    env = Env(tier=tier, seed=seed, triton_mode=triton_mode, device_name=_device_name(tier), versions=_versions())
+    arch, sms, sim = None, 4, simulated()
+    if sim and tier != "cpu":
+        arch, sms = sim[1], sim[3]
+    elif tier != "cpu":
+        import torch
+
+        major, minor = torch.cuda.get_device_capability(0)
+        arch, sms = 10 * major + minor, torch.cuda.get_device_properties(0).multi_processor_count
+    env = Env(tier=tier, seed=seed, triton_mode=triton_mode, device_name=_device_name(tier), versions=_versions(),
+              arch=arch, simulated=bool(sim) and tier != "cpu", sms=sms)
     if "matplotlib" in sys.modules or "ipykernel" in sys.modules:
         from .plotting import apply_style
 

@@ -23,7 +23,7 @@ from typing import Callable
 
 import torch
 
-from .env import detect_tier, import_triton
+from .env import detect_tier, import_triton, simulated
 from .gemm_kernels import (
     matmul_descriptor_kernel,
     matmul_descriptor_persistent_kernel,
@@ -44,8 +44,9 @@ TIER = detect_tier()  # "cpu", "cuda" or "sm90": course_utils.env decides, as se
 
 
 def interpreted() -> bool:
-    """True on the CPU tier, where Triton runs in its interpreter (``env.import_triton`` switched it on)."""
-    return TIER == "cpu"
+    """True on the CPU tier and under a simulated GPU tier (``COURSE_TIER_SIMULATE``), where Triton runs in its
+    interpreter (``env.import_triton`` switched it on)."""
+    return TIER == "cpu" or simulated() is not None
 
 
 @dataclass(frozen=True)
@@ -94,17 +95,24 @@ GPU_CONFIGS: dict[int, dict[str, list[Config]]] = {
         "descriptor (TMA)": [GPU_CONFIG, _SQUARE8],
         "descriptor persistent": [_SQUARE8],
     },
+    75: {   # a T4: fp16 (no bf16), 64 KiB of shared memory; 128x256 spills about 31 KB per thread there
+        "tiled row-major": [T4_CONFIG],
+        "tiled grouped": [T4_CONFIG],
+        "persistent": [T4_CONFIG],
+    },
 }
 
 
 def gpu_configs(variant: str, arch: int) -> list[Config]:
-    """The configurations the benchmark tries for ``variant`` on ``sm_<arch>`` (sm_80's below Hopper)."""
-    return GPU_CONFIGS[90 if arch >= 90 else 80].get(variant, [])
+    """The configurations the benchmark tries for ``variant`` on ``sm_<arch>`` (the generation at or below it)."""
+    return GPU_CONFIGS[90 if arch >= 90 else 80 if arch >= 80 else 75].get(variant, [])
 
 
 def _default_config(x: torch.Tensor, warp_specialize: bool = False) -> Config:
     if x.device.type == "cpu":
         return CPU_CONFIG
+    if torch.cuda.get_device_capability(x.device)[0] < 8:
+        return T4_CONFIG                      # sm_75: GPU_CONFIG's 128x256 tiles spill and overflow 64 KiB
     return WS_CONFIG if warp_specialize else GPU_CONFIG
 
 
@@ -181,7 +189,7 @@ def set_descriptor_allocator() -> None:
 
 def _descriptor_launch(a, b, cfg, warp_specialize: bool, return_kernel: bool = False, persistent: bool = False):
     cfg = cfg or _default_config(a, warp_specialize)
-    if warp_specialize and not interpreted() and cfg.num_warps != 4:
+    if warp_specialize and cfg.num_warps != 4:   # checked on every tier, so a simulated sm90 run catches it
         raise ValueError(f"num_warps={cfg.num_warps}: Triton splits a warp-specialized loop only at num_warps=4 "
                          "(at 8 it compiles the plain descriptor kernel); use G.WS_CONFIG")
     _check_inputs(a, b, cfg)

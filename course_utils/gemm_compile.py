@@ -7,9 +7,9 @@ benchmark launches (the compile tests, ``benchmarks/compile_facts.py``).
 A :class:`Case` carries the signature and divisibility a real launch would have: 16-byte aligned
 pointers, sizes and leading strides that are multiples of 16 (``tt.divisibility``), unit strides
 specialized to the constant 1, as Triton's JIT does. :func:`compile_cases` compiles them in fresh
-processes (Triton's compiler on, whatever this process runs), in parallel, and returns
-:class:`course_utils.gpu_compile.Compiled` records; :func:`compile_problems` says what is wrong with one
-(a spill, shared memory over the device's limit, a missing ``wgmma``/TMA/``setmaxnreg``).
+processes (Triton's compiler on, whatever this process runs), in parallel, cached on disk by source hash,
+and returns :class:`course_utils.gpu_compile.Compiled` records; :func:`compile_problems` says what is wrong
+with one (a spill, shared memory over the device's limit, a missing ``wgmma``/TMA/``setmaxnreg``).
 """
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ import os
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .paths import ROOT
 
 __all__ = ["Case", "GEMM_KERNELS", "gemm_case", "compile_cases", "compile_problems", "require"]
-
 
 @dataclass(frozen=True)
 class Case:
@@ -97,7 +97,6 @@ def gemm_case(variant: str, cfg, arch: int, dtype: str = "bf16", sms: int = 132,
                 constexprs, tuple(divisible), cfg.num_warps, cfg.num_stages, tuple(expect), absent,
                 {"variant": variant, "config": asdict(cfg) if hasattr(cfg, "__dataclass_fields__") else dict(cfg.__dict__)})
 
-
 def compile_problems(compiled, case: Case) -> list[str]:
     """What is wrong with one compiled case (empty when it is fine)."""
     from .gpu_compile import ARCH_LIMITS
@@ -135,13 +134,57 @@ def _compile_here(case: dict, keep_ptx: bool) -> dict:
     return out
 
 
-def compile_cases(todo: list[Case], *, processes: int = 2, keep_ptx: bool = False, timeout: int = 1200) -> list:
+def _cache_dir() -> Path:
+    return Path(os.environ.get("COURSE_COMPILE_CACHE") or Path.home() / ".cache" / "course_utils" / "compile")
+
+
+def _cache_key(case: Case, keep_ptx: bool) -> str:
+    """Changes with the case, the kernel's module source, ``gpu_compile``'s source and the Triton version."""
+    import hashlib
+    import importlib.util
+
+    import triton
+
+    module = case.kernel.split(":")[0]
+    sources = [importlib.util.find_spec(module).origin, str(Path(__file__).with_name("gpu_compile.py"))]
+    h = hashlib.sha256(json.dumps([asdict(case), keep_ptx, triton.__version__], sort_keys=True).encode())
+    for path in sources:
+        h.update(Path(path).read_bytes())
+    return h.hexdigest()[:32]
+
+
+def compile_cases(todo: list[Case], *, processes: int = 2, keep_ptx: bool = False, timeout: int = 1200,
+                  cache: bool = True) -> list:
     """Compile every case in ``processes`` fresh processes with Triton's compiler on; returns, per case,
     a :class:`~course_utils.gpu_compile.Compiled` (PTX kept only with ``keep_ptx``) or raises ``CompileError``
-    naming the cases that did not compile."""
+    naming the cases that did not compile.
+
+    With ``cache`` (the default) each result is kept on disk (``$COURSE_COMPILE_CACHE``, else
+    ``~/.cache/course_utils/compile``) under a key of the case, the kernel module's source, ``gpu_compile``'s
+    source and the Triton version, so only what changed is compiled again."""
     from .gpu_compile import CompileError, Compiled, _require_triton
 
     _require_triton()  # without Triton: TritonUnavailable, which a lesson's env.needs_triton turns into a notice
+    if cache:
+        keys = [_cache_key(c, keep_ptx) for c in todo]
+        found = {}
+        for i, key in enumerate(keys):
+            path = _cache_dir() / f"{key}.json"
+            if path.exists():
+                try:
+                    found[i] = json.loads(path.read_text())
+                except ValueError:
+                    pass
+        missing = [i for i in range(len(todo)) if i not in found]
+        fresh = compile_cases([todo[i] for i in missing], processes=processes, keep_ptx=keep_ptx, timeout=timeout,
+                              cache=False) if missing else []
+        _cache_dir().mkdir(parents=True, exist_ok=True)
+        for i, c in zip(missing, fresh):
+            tmp = _cache_dir() / f"{keys[i]}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(asdict(c)))
+            tmp.replace(_cache_dir() / f"{keys[i]}.json")
+            found[i] = asdict(c)
+        return [Compiled(**found[i]) for i in range(len(todo))]
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     chunks = [list(range(len(todo)))[i::processes] for i in range(max(1, processes))]
@@ -152,10 +195,13 @@ def compile_cases(todo: list[Case], *, processes: int = 2, keep_ptx: bool = Fals
         request = json.dumps({"keep_ptx": keep_ptx, "cases": [asdict(todo[i]) for i in chunk]})
         p = subprocess.Popen([sys.executable, "-m", "course_utils.gemm_compile"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT))
-        procs.append((chunk, p, request))
+        p.stdin.write(request)  # every process gets its whole request now, so they compile at the same time
+        p.stdin.close()
+        p.stdin = None          # (communicate() below only reads)
+        procs.append((chunk, p))
     results: list = [None] * len(todo)
-    for chunk, p, request in procs:
-        out, err = p.communicate(request, timeout=timeout)
+    for chunk, p in procs:
+        out, err = p.communicate(timeout=timeout)
         if p.returncode != 0:
             raise CompileError(f"compile process failed: {(err.strip().splitlines() or ['no output'])[-1]}")
         for i, data in zip(chunk, json.loads(out)):
@@ -187,7 +233,7 @@ def require(built: dict) -> dict:
 
 
 # Old addresses of the compile matrix (now course_utils.devtools.compile_matrix), resolved on first use.
-_MOVED = {"compile_matrix", "attention_configs", "ATTENTION_CONFIGS", "ATTENTION_CONFIGS_SM80", "ATTENTION_HEAD_DIMS"}
+_MOVED = {"compile_matrix", "attention_configs", "ATTENTION_HEAD_DIMS", "T4_BACKWARD_HEAD_DIMS"}
 
 
 def __getattr__(name: str) -> Any:

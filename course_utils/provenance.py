@@ -29,16 +29,33 @@ def cpu_model() -> str:
 
 
 def course_commit() -> str | None:
-    """The course's git commit (with ``+dirty`` when the tree has changes), or None outside a checkout."""
+    """The course's git commit (with ``+dirty`` when the tree has changes); outside a checkout (a copied tree
+    without ``.git``) the ``COURSE_COMMIT`` environment variable, else None."""
+    fallback = os.environ.get("COURSE_COMMIT") or None
+    if not (ROOT / ".git").exists():
+        return fallback
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
-            return None
+            return fallback
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
                                text=True, timeout=10)
         return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
-        return None
+        return fallback
+
+
+def gpu_clocks() -> dict:
+    """SM and memory clocks (now and maximum, MHz) and the power limit (W) from ``nvidia-smi``; {} without it."""
+    fields = ["clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem", "power.limit", "power.max_limit",
+              "temperature.gpu", "persistence_mode"]
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20)
+        values = [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")] if out.returncode == 0 else []
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return {}
+    return dict(zip(fields, values)) if len(values) == len(fields) else {}
 
 
 def gpu_driver() -> str:
@@ -87,6 +104,7 @@ def machine_info(*, threads: int | None = None, extra: dict | None = None) -> di
             "sms": props.multi_processor_count,
             "gpu_memory_gib": round(props.total_memory / 2**30, 1),
             "driver": gpu_driver(),
+            "nvidia_smi": gpu_clocks(),
             "cuda": torch.version.cuda,
         })
     info.update(extra or {})

@@ -9,7 +9,8 @@ and the 2-D data come from lesson 11 (:mod:`course_utils.diffusion_training`).
 The central object is a Gaussian mixture with diagonal covariances, :class:`DiagMixture`. Its score is
 exact, and it stays a mixture under both forward processes (VE: add :math:`\sigma^2` to every variance;
 VP: scale the means by :math:`\sqrt{\bar\alpha}` and the variances to :math:`\bar\alpha v + 1 - \bar\alpha`),
-so every noised marginal has an exact score too. :func:`moons_mixture` writes lesson 11's two-moons
+so every noised marginal has an exact score too (both live in :mod:`course_utils.diffusion_training`, next to
+lesson 11's data, and are re-exported here). :func:`moons_mixture` writes lesson 11's two-moons
 distribution as such a mixture (a quadrature over the arcs' angle), which gives the exact score of the
 data the lesson-11 network was trained on.
 
@@ -24,9 +25,10 @@ symbol                 variable                  meaning
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
+
+from .diffusion_training import DiagMixture, moons_mixture
 
 __all__ = [
     "DiagMixture",
@@ -42,75 +44,12 @@ __all__ = [
 
 
 # ---------------------------------------------------------------- Gaussian mixtures with exact scores (eqs. 1-2)
-@dataclass(frozen=True)
-class DiagMixture:
-    r"""``weights`` (K,), ``means`` (K, D), ``variances`` (K, D): :math:`p(x)=\sum_k w_k\,\mathcal N(x;\mu_k,\mathrm{diag}(v_k))`."""
-
-    weights: torch.Tensor
-    means: torch.Tensor
-    variances: torch.Tensor
-
-    @classmethod
-    def of(cls, weights, means, variances) -> "DiagMixture":
-        w = torch.as_tensor(weights, dtype=torch.float64)
-        m = torch.as_tensor(means, dtype=torch.float64)
-        v = torch.as_tensor(variances, dtype=torch.float64).expand_as(m).clone()
-        return cls(w / w.sum(), m, v)
-
-    def _log_joint(self, x: torch.Tensor) -> torch.Tensor:
-        """log w_k + log N(x; mu_k, v_k): (n, D) -> (n, K), one coordinate at a time (no (n, K, D) temporary)."""
-        out = (self.weights.log() - 0.5 * (2 * math.pi * self.variances).log().sum(-1)).expand(x.shape[0], -1).clone()
-        for d in range(x.shape[1]):
-            out -= 0.5 * (x[:, d, None] - self.means[None, :, d]) ** 2 / self.variances[None, :, d]  # (n, K)
-        return out
-
-    def log_prob(self, x) -> torch.Tensor:
-        """log p(x), (n, D) -> (n,), float64."""
-        return torch.logsumexp(self._log_joint(torch.as_tensor(x, dtype=torch.float64)), dim=-1)
-
-    def score(self, x) -> torch.Tensor:
-        r"""Eq. (2): :math:`\nabla\log p = \sum_k r_k(x)\,(\mu_k - x)/v_k`, responsibilities :math:`r_k`; (n, D), float64."""
-        x = torch.as_tensor(x, dtype=torch.float64)
-        r = torch.softmax(self._log_joint(x), dim=-1)  # (n, K)
-        return r @ (self.means / self.variances) - x * (r @ (1.0 / self.variances))  # (n, D)
-
-    def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
-        """``n`` independent draws, (n, D) float64."""
-        k = torch.multinomial(self.weights, n, replacement=True, generator=generator)  # (n,)
-        z = torch.randn(n, self.means.shape[1], generator=generator, dtype=torch.float64)
-        return self.means[k] + self.variances[k].sqrt() * z
-
-    def ve_noised(self, sigma: float) -> "DiagMixture":
-        r"""The law of :math:`x + \sigma z`: every variance grows by :math:`\sigma^2`."""
-        return DiagMixture(self.weights, self.means, self.variances + sigma**2)
-
-    def vp_noised(self, alpha_bar: float) -> "DiagMixture":
-        r"""The law of :math:`\sqrt{\bar\alpha}x + \sqrt{1-\bar\alpha}z` (lesson 11, eq. 4)."""
-        return DiagMixture(self.weights, math.sqrt(alpha_bar) * self.means, alpha_bar * self.variances + 1.0 - alpha_bar)
-
-
+# DiagMixture and moons_mixture live with lesson 11's data (course_utils.diffusion_training), which lesson 11 also uses.
 def two_mode_mixture(separation: float = 8.0, std: float = 0.5, weight_left: float = 0.8, dim: int = 2) -> DiagMixture:
     """Two isotropic modes on the first axis at -separation/2 and +separation/2, weights ``weight_left`` and the rest."""
     means = torch.zeros(2, dim, dtype=torch.float64)
     means[:, 0] = torch.tensor([-separation / 2, separation / 2])
     return DiagMixture.of([weight_left, 1 - weight_left], means, torch.full((2, dim), std**2))
-
-
-def moons_mixture(n_angles: int = 200) -> DiagMixture:
-    r"""Lesson 11's standardized two-moons law (:func:`course_utils.diffusion_training.make_data`) as a mixture.
-
-    Each arc point at angle :math:`\theta \sim U(0, \pi)` carries Gaussian noise of std 0.05 before the fixed
-    standardization; the midpoint rule over ``n_angles`` angles per arc turns the integral over
-    :math:`\theta` into ``2 * n_angles`` equally weighted diagonal Gaussians. With 200 angles the spacing
-    along an arc (0.016) is a third of the noise std, where the midpoint rule of a Gaussian is exact to
-    many digits.
-    """
-    theta = (torch.arange(n_angles, dtype=torch.float64) + 0.5) * math.pi / n_angles
-    upper = torch.stack([theta.cos(), theta.sin()], 1)  # (n_angles, 2)
-    lower = torch.stack([1 - theta.cos(), 0.5 - theta.sin()], 1)
-    shift, scale = torch.tensor([0.5, 0.25], dtype=torch.float64), torch.tensor([0.87, 0.5], dtype=torch.float64)
-    means = (torch.cat([upper, lower]) - shift) / scale  # (2 n_angles, 2)
-    return DiagMixture.of(torch.ones(2 * n_angles), means, (0.05 / scale) ** 2)
 
 
 # ---------------------------------------------------------------- Langevin dynamics (eqs. 3-4)

@@ -204,8 +204,12 @@ def _init_weights(module):
         nn.init.normal_(module.weight, std=0.02)
 
 
-def count_parameters(model: nn.Module, *, embeddings: bool = True) -> int:
+def count_module_parameters(model: nn.Module, *, embeddings: bool = True) -> int:
+    """The elements of a module's parameter tensors (``embeddings=False``: those outside the embedding).
+
+    Counts a built model; :func:`course_utils.training_memory.count_parameters` computes the count from a shape."""
     return sum(p.numel() for name, p in model.named_parameters() if embeddings or "embed" not in name)
+
 
 
 @torch.no_grad()

@@ -36,6 +36,8 @@ ROOT = SITE.parent
 DEFAULT_OUT = SITE / "_build" / "html"
 DEFAULT_REPOSITORY = "loops-to-kernels/loops-to-kernels"
 TIMES = ROOT / "benchmarks" / "results" / "notebook_times_cpu.json"
+sys.path.insert(0, str(ROOT))
+from course_utils.topics import TOPICS  # noqa: E402  (the registry of topics; site/ runs from a checkout)
 COLAB = "https://colab.research.google.com/github/{repo}/blob/{branch}/{path}"
 GITHUB = "https://github.com/{repo}/blob/{branch}/{path}"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -103,20 +105,19 @@ def notebook_title(path: Path) -> str:
 
 
 def topics(root: Path = ROOT) -> list[Topic]:
+    """The syllabus: course_utils/topics.py's topics, with README's summary and needs and the committed notebooks."""
     readme = readme_syllabus(root / "README.md")
     found: dict[str, Topic] = {}
-    for lesson in sorted((root / "notebooks").glob("[0-9][0-9]*_*.ipynb")):
-        number = lesson.name[:2]
-        if number in found:  # a later part of a split lesson (07b_, 07c_)
-            found[number].parts.append(f"notebooks/{lesson.name}")
+    for registered in TOPICS:
+        parts = [path for path in registered.lesson_paths if (root / path).exists()]
+        problems = f"exercises/{registered.problem_set}" if (root / "exercises" / registered.problem_set).exists() else None
+        if not parts:
+            summary, needs = readme.get(registered.number, (registered.title, ""))
+            found[registered.number] = Topic(registered.number, summary, needs, None, problems)
             continue
-        title = re.sub(r"^\d\d[a-z]?\s*·\s*", "", notebook_title(lesson))
-        summary, needs = readme.get(number, (title, ""))
-        problem_name = re.sub(r"^(\d\d)[a-z]_", r"\1_", lesson.name)
-        problems = root / "exercises" / problem_name
-        found[number] = Topic(number, summary, needs, f"notebooks/{lesson.name}",
-                              f"exercises/{problem_name}" if problems.exists() else None, title,
-                              [f"notebooks/{lesson.name}"])
+        title = re.sub(r"^\d\d[a-z]?\s*·\s*", "", notebook_title(root / parts[0]))
+        summary, needs = readme.get(registered.number, (title, ""))
+        found[registered.number] = Topic(registered.number, summary, needs, parts[0], problems, title, parts)
     for number, (summary, needs) in readme.items():
         found.setdefault(number, Topic(number, summary, needs))
     return [found[k] for k in sorted(found)]

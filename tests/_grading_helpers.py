@@ -3,9 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from course_utils.checks import CheckFailed, NotAttempted
+from course_utils.errors import CheckFailed, NotAttempted
 
 SEED = 12345  # the tests pin seeds so that they are reproducible; the checks themselves draw fresh ones
+
+
+def stub(*args, **kwargs):
+    """What an untouched exercise function does."""
+    raise NotImplementedError("Exercise not attempted yet")
 
 
 def passes(check, fn, **kwargs):
@@ -15,14 +20,21 @@ def passes(check, fn, **kwargs):
 
 
 def fails(check, fn, fragment, *, seed=SEED, **kwargs):
-    """``check(fn)`` fails as a wrong answer with a one-line message holding ``fragment``; returns the message."""
+    """``check(fn)`` fails as a wrong answer with a one-line message holding ``fragment``; returns the message.
+
+    ``seed=None`` lets the check draw its own inputs (for checks that take no seed)."""
     with pytest.raises(CheckFailed) as info:
-        check(fn, seed=seed, **kwargs)
+        check(fn, **({} if seed is None else {"seed": seed}), **kwargs)
     message = str(info.value)
     assert not isinstance(info.value, NotAttempted), message
     assert fragment in message, message
     assert "\n" not in message
     return message
+
+
+def fails_with(check, fn, fragment):
+    """:func:`fails` with the check's own fresh inputs."""
+    return fails(check, fn, fragment, seed=None)
 
 
 def forbidden(check, fn, name, **kwargs):
@@ -37,6 +49,10 @@ def not_attempted(check, fn, **kwargs):
         check(fn, seed=SEED, **kwargs)
 
 
+def _plain(a):
+    return a.tolist() if hasattr(a, "tolist") and not isinstance(a, (int, float)) else a
+
+
 class Recorder:
     """A lookup-table answer: learns the reference's outputs on one run, replays them afterwards."""
 
@@ -44,7 +60,9 @@ class Recorder:
         self.reference, self.table, self.learning = reference, {}, True
 
     def __call__(self, *args):
-        key = repr(args)
+        # keyed by plain values (a tensor's repr calls Tensor.to, which a cast exercise refuses), without a Python
+        # loop (an exercise may refuse loops in the answer's code)
+        key = repr(tuple(map(_plain, args)))
         if self.learning:
             self.table[key] = self.reference(*args)
         return self.table.get(key, next(iter(self.table.values())))
@@ -66,8 +84,6 @@ def each_mistake_is_named(module, check, solution, monkeypatch, *, trials, hints
     with the guard off (``forbidden`` and ``by_hand`` dropped), so that the value comparison alone is tested.
     ``hints`` maps a mistake's name to the text expected instead, for mistakes that coincide.
     """
-    from conftest import fails_with
-
     captured = {}
     original = module.check_function
 
@@ -87,8 +103,6 @@ def each_mistake_is_named(module, check, solution, monkeypatch, *, trials, hints
 
 def right_answers_pass(check, solution, other, capsys, *, trials):
     """The solution and a right answer written differently pass with one ✅ line; the stub is not attempted."""
-    from conftest import stub
-
     check(solution)
     check(other, trials=trials)
     assert capsys.readouterr().out.startswith("✅")
@@ -109,8 +123,6 @@ def sweep_passes(check, fn, seeds=SWEEP_SEEDS, **kwargs):
 
 def sweep_named(check, fn, fragment):
     """``fn`` fails with a one-line message holding ``fragment`` on every pinned seed."""
-    from conftest import fails_with
-
     for seed in SWEEP_SEEDS:
         fails_with(lambda f: check(f, seed=seed, quiet=True), fn, fragment)
 

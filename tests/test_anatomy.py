@@ -1,4 +1,4 @@
-"""The shape every lesson and problem set keeps (COURSE_DESIGN.md §3-4), checked on the committed files.
+"""The shape every lesson and problem set keeps (CONTRIBUTING.md, "Anatomy of a lesson" and "Problem sets"), checked on the committed files.
 
 * a lesson's header: `# NN · Title`, learning goals, prerequisites that name notebooks which exist,
   and a run time within 2x of the recorded CPU time (benchmarks/results/notebook_times_cpu.json);
@@ -22,13 +22,14 @@ import nbformat
 import pytest
 
 import course_utils
-from conftest import ROOT
+from course_utils.paths import ROOT
+from course_utils import topics
 
 LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 CLOSING = ["Summary", "Check yourself", "Further reading"]
-NOT_LIBRARY = {"course_utils.__main__", "course_utils.zero1_demo", "course_utils.parallelism_workers", "course_utils.portable",
-               "course_utils.devtools.portable"}
+# run as their own processes (course_utils/topics.py registers a topic's), or the command line
+NOT_LIBRARY = {"course_utils.__main__", "course_utils.portable", "course_utils.devtools.portable"} | topics.subprocess_modules()
 
 
 def ids(paths):

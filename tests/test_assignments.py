@@ -8,7 +8,8 @@ import sys
 import nbformat
 import pytest
 
-from conftest import ROOT, nbgrader, toy_problem_set
+from course_utils.paths import ROOT
+from _notebook_helpers import nbgrader, toy_problem_set
 from course_utils.classroom import assignments
 from course_utils.classroom.assignments import AssignmentError, STUB_CODE, generate_exercises, make_exercise
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ROOT
+from course_utils.paths import ROOT
 from course_utils import attention_triton as att
 
 
@@ -166,7 +166,7 @@ def test_benchmark_case_logic_runs_on_cpu(monkeypatch):
     monkeypatch.setattr(bench, "_bench", lambda fn, grad_to_none=None: (fn(), 1e-3)[1])
     monkeypatch.setattr(bench, "FWD_CONFIGS", [(16, 16, None, None)])
     monkeypatch.setattr(bench, "BWD_CONFIGS", [(16, 32, None, None)])
-    args = argparse.Namespace(tokens=40, width=64, backward_max_seq=100)
+    args = argparse.Namespace(tokens=40, width=64, backward_max_seq=100, peak=989.4e12)
     case = bench.one_case(16, 40, True, 2, args, device="cpu", dtype=torch.float32)
     assert "failed" not in case and case["triton_bwd_config"] == [16, 32, None, None]
     assert case["kv_bytes"] * 2 == case["kv_bytes_mha"] and case["heads_q"] == 4 and case["heads_kv"] == 2

@@ -1,10 +1,12 @@
 """Every course kernel compiled for sm_80 and sm_90 (and T4-sized fp16 variants for sm_75) at the
-configurations its benchmark launches, on a machine without a GPU (course_utils.devtools.compile_matrix).
+configurations its benchmark launches, on a machine without a GPU (course_utils.devtools.compile_matrix): the
+GEMMs, and lesson 06's forward and both backward kernels for d = 64 and 128, GROUP 1 and 4, causal and not.
+Results are cached on disk by source hash (gemm_compile.compile_cases), so a rerun compiles only what changed.
 
 Fails on a spill, on shared memory over the device's per-block limit, on a Hopper GEMM or attention
 kernel without ``wgmma``, on a descriptor kernel without TMA, on a pointer kernel that is not
 pipelined with ``cp.async``, and on a warp-specialized rung without its producer/consumer split
-(``setmaxnreg``). About 40 compiles of a few seconds each, in two processes.
+(``setmaxnreg``). About 180 compiles of a few seconds each the first time, in two processes.
 """
 from __future__ import annotations
 
@@ -50,13 +52,37 @@ def test_kernel_compiles_cleanly(compiled, case):
 
 def test_every_benchmark_configuration_is_compiled():
     labels = {(c.arch, c.extra["variant"], tuple(sorted(c.extra["config"].items()))) for c in CASES}
-    for arch in (80, 90):
+    for arch in (75, 80, 90):
         for variant in G.VARIANTS:
             if variant == "tiled row-major":
                 continue                                  # the grouped kernel's code with GROUP_M = 1
             for cfg in G.gpu_configs(variant, arch):
                 assert (arch, variant, tuple(sorted(cfg.__dict__.items()))) in labels
     assert G.gpu_configs("warp-specialized", 80) == []    # Hopper only
+    attention = {(c.arch, c.extra["kernel"], c.extra["group"], c.extra["causal"], c.constexprs["HEAD_DIM"],
+                  tuple(c.extra["config"].values())) for c in CASES if "kernel" in c.extra}
+    from course_utils import attention_triton as att
+    for arch in (75, 80, 90):
+        for kind, kernels in (("fwd", ("fwd",)), ("bwd", ("dkdv", "dq"))):
+            for cfg in att.attention_configs(arch, kind):
+                for kernel in kernels:
+                    for group in (1, 4):
+                        for causal in (True, False):
+                            for d in (64, 128) if arch >= 80 or kind == "fwd" else GC.T4_BACKWARD_HEAD_DIMS:
+                                assert (arch, kernel, group, causal, d, tuple(cfg)) in attention
+
+
+def test_the_attention_kernels_compile_for_float64_gradcheck():
+    """float64 inputs (gradcheck on a GPU): fp64 accumulators, so every kernel compiles (the interpreter does not
+    type-check loop-carried values, so only a compile shows this)."""
+    from course_utils import attention_triton as att
+
+    configs = [dict(arch=arch, kernel=k, dtype="fp64", head_dim=16, block_m=16, block_n=16, num_warps=4, num_stages=2,
+                    causal=True, group=2) for arch in (75, 80, 90) for k in ("fwd", "dkdv", "dq")]
+    compiled = att.compile_attention_kernels(configs)
+    assert len(compiled) == 9
+    for config, c in zip(configs, compiled):
+        assert not c.spills and c.name.endswith({"fwd": "fwd_kernel", "dkdv": "dkdv_kernel", "dq": "dq_kernel"}[config["kernel"]])
 
 
 def test_the_warp_specialized_rung_splits_at_four_warps_and_not_at_eight(compiled):

@@ -69,13 +69,13 @@ def test_gemm_matches_matmul_on_ragged_shapes(gemm):
 def test_packing_layout():
     a = np.arange(7 * 5, dtype=np.float32).reshape(7, 5)
     out = np.full((2, 5, cc.MR), -1.0, np.float32)
-    cc.pack_a(a, 0, 0, 7, 5, out)
+    cc.pack_a_into(a, 0, 0, 7, 5, out)
     np.testing.assert_array_equal(out[0], a[:cc.MR].T)                   # k-major micro-panel
     np.testing.assert_array_equal(out[1, :, :7 - cc.MR], a[cc.MR:].T)
     assert (out[1, :, 7 - cc.MR:] == 0).all()                            # zero padding past the edge
     b = np.arange(3 * (cc.NR + 2), dtype=np.float32).reshape(3, cc.NR + 2)
     outb = np.full((2, 3, cc.NR), -1.0, np.float32)
-    cc.pack_b(b, 0, 0, 3, cc.NR + 2, outb)
+    cc.pack_b_into(b, 0, 0, 3, cc.NR + 2, outb)
     np.testing.assert_array_equal(outb[0], b[:, :cc.NR])
     np.testing.assert_array_equal(outb[1, :, :2], b[:, cc.NR:])
     assert (outb[1, :, 2:] == 0).all()

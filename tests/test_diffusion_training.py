@@ -17,7 +17,7 @@ def test_swiss_roll_data_and_unknown_kind():
 
 def test_short_training_lowers_the_loss_and_sampler_runs():
     data = dtr.make_data(2000)
-    config = dtr.TrainConfig(T=100, hidden=32, depth=2, steps=300, batch_size=128, lr=3e-3)
+    config = dtr.DenoiserConfig(T=100, hidden=32, depth=2, steps=300, batch_size=128, lr=3e-3)
     threads = torch.get_num_threads()
     model, sched, losses = dtr.train_denoiser(data, config, show_progress=False)
     assert torch.get_num_threads() == threads  # single_thread() restores the setting

@@ -55,19 +55,38 @@ def test_pick_by_tier():
     assert gpu.pick(cpu=1, cuda=2) == 2 and gpu.pick(cpu=1, cuda=2, sm90=3) == 3 and gpu.is_hopper
 
 
-def test_import_triton_chooses_the_interpreter_on_the_cpu_tier():
+def test_configure_triton_chooses_the_interpreter_on_the_cpu_tier_and_importing_changes_nothing():
     import subprocess
     import sys
 
-    code = ("import os; from course_utils.env import import_triton; triton, tl = import_triton(); "
-            "print(os.environ.get('TRITON_INTERPRET'), triton is not None and tl is not None)")
+    code = ("import os; from course_utils.env import configure_triton, import_triton; triton, tl = import_triton(); "
+            "before = os.environ.get('TRITON_INTERPRET'); mode = configure_triton(); "
+            "print(before, os.environ.get('TRITON_INTERPRET'), mode, triton is not None and tl is not None)")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["COURSE_TIER"] = "cpu"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
-    assert out.split() == ["1", "True"]
-    env["TRITON_INTERPRET"] = "0"  # an explicit choice wins
+    assert out.split() == ["None", "1", "interpreted", "True"]
+
+
+def test_importing_every_course_module_leaves_the_environment_alone():
+    import subprocess
+    import sys
+
+    code = ("import os, pkgutil, importlib, course_utils; before = dict(os.environ)\n"
+            "for m in pkgutil.walk_packages(course_utils.__path__, 'course_utils.'):\n"
+            "    importlib.import_module(m.name)\n"
+            "print(sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "NUMBA_"))}
+    env["COURSE_TIER"] = "cpu"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
-    assert out.split()[0] == "0"
+    assert out.strip() == "[]", f"importing course_utils changed these environment variables: {out.strip()}"
+
+
+def test_setup_configures_numba_explicitly(monkeypatch):
+    monkeypatch.delenv("NUMBA_THREADING_LAYER", raising=False)
+    monkeypatch.setenv("COURSE_TIER", "cpu")
+    setup(quiet=True)
+    assert os.environ["NUMBA_THREADING_LAYER"] == "workqueue"
 
 
 def test_without_triton_kernels_still_define_and_a_launch_becomes_one_notice(monkeypatch, capsys):

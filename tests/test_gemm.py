@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT
+from course_utils.paths import ROOT
 from course_utils import gemm as G
 from course_utils import gemm_kernels as GK
 

@@ -9,7 +9,8 @@ import sys
 import nbformat
 import pytest
 
-from conftest import ROOT, toy_problem_set
+from course_utils.paths import ROOT
+from _notebook_helpers import toy_problem_set
 from course_utils.classroom.assignments import make_exercise
 
 pytestmark = pytest.mark.slow
@@ -23,10 +24,10 @@ def tampered():
     return nb
 
 
-def hung():
+def hung(double_body="return 2 * x"):
     """A submission that never finishes. It sleeps rather than spins: three of them spinning for the 15 s limit
     took 45 s of CPU from the rest of the suite; interrupting a busy loop is tested in test_grader.py."""
-    nb = toy_problem_set()
+    nb = toy_problem_set(double_body=double_body)
     nb.cells[3].source += "\nimport time\nwhile True:\n    time.sleep(0.1)"
     return nb
 
@@ -45,7 +46,8 @@ KINDS = {
     "mixed_half": (3, lambda: toy_problem_set(triple_body='raise NotImplementedError("stub")'),
                    {"ex1_double": ("passed", 2), "ex2_triple": ("not attempted", 0)}),
     "tampered": (4, tampered, {"ex1_double": ("tampered", 0), "ex2_triple": ("tampered", 0)}),
-    "hung": (3, hung, {"ex1_double": ("timed out", 0), "ex2_triple": ("passed", 3)}),
+    "hung": (2, hung, {"ex1_double": ("passed", 2), "ex2_triple": ("passed", 3)}),  # the function was right before the loop
+    "hung_wrong": (1, lambda: hung("return x * x"), {"ex1_double": ("timed out", 0), "ex2_triple": ("passed", 3)}),
     "crashed": (3, crashed, {"ex1_double": ("passed", 2), "ex2_triple": ("error", 0)}),
     "garbage": (1, b"this is not a notebook", {"ex1_double": ("invalid", 0), "ex2_triple": ("invalid", 0)}),
     "empty": (1, b"", {"ex1_double": ("invalid", 0), "ex2_triple": ("invalid", 0)}),
@@ -77,6 +79,57 @@ def test_grade_class_on_thirty_generated_submissions(tmp_path):
         rows = list(csv.DictReader(f))
     assert len(rows) == 30 and {r["learner"]: float(r["total"]) for r in rows}["solved_0"] == 5.0
     stats = {s["exercise"]: s for s in book["statistics"]}
-    assert stats["ex1_double"]["share_passed"] == round((6 + 3 + 3) / 30, 3)
+    assert stats["ex1_double"]["share_passed"] == round((6 + 3 + 3 + 2) / 30, 3)
+    assert stats["ex1_double"]["shares"]["not attempted"] == round(6 / 30, 3)
+    assert stats["ex1_double"]["shares"]["timed out"] == round(1 / 30, 3)
+    assert "invalid" in stats["ex1_double"]["shares"]
     assert "multiply it by 2" in stats["ex1_double"]["most_common_mistake"]["hint"]
     assert "ex1_double" in done.stdout and "most common mistake" in done.stdout
+    assert "28 submissions graded" not in done.stdout and "2 of them broken" in done.stdout
+    assert "BROKEN: invalid" in next(line for line in done.stdout.splitlines() if line.startswith("garbage_0"))
+    assert "graded 30/30" in done.stderr
+
+
+def _nbgrader_class(root, pristine_nb):
+    """nbgrader's layout: submitted/LEARNER/ps1/NAME.ipynb with timestamp.txt; one wrong set, one late."""
+    def put(learner, nb, stamp):
+        folder = root / "submitted" / learner / "ps1"
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / "toy.ipynb")
+        (folder / "timestamp.txt").write_text(stamp)
+
+    put("ada", pristine_nb, "2026-12-01 10:00:00.000000 UTC")
+    put("bob", toy_problem_set(double_body="return x * x"), "2026-12-02 09:00:00.000000 UTC")  # late
+    other = toy_problem_set()
+    for cell in other.cells:
+        meta = cell.metadata.get("nbgrader")
+        if meta:
+            meta["grade_id"] = "other_" + meta["grade_id"]
+    put("cy", other, "2026-12-01 11:00:00.000000 UTC")
+    (root / "roster.csv").write_text("id,name,email\nada,Ada L,ada@example.org\nbob,Bob B,bob@example.org\n"
+                                     "cy,Cy C,cy@example.org\ndee,Dee D,dee@example.org\n")
+
+
+def test_nbgrader_layout_roster_deadline_and_feedback(tmp_path):
+    pristine = tmp_path / "toy.ipynb"
+    nbformat.write(toy_problem_set(), pristine)
+    _nbgrader_class(tmp_path / "course", toy_problem_set())
+    out = tmp_path / "book"
+    done = subprocess.run([sys.executable, "-m", "course_utils", "grade-class", str(tmp_path / "course"), "--pristine", str(pristine),
+                           "--out", str(out), "--roster", str(tmp_path / "course" / "roster.csv"),
+                           "--deadline", "2026-12-01T23:59:00+00:00", "--cell-timeout", "30"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    book = {r["learner"]: r for r in json.loads((out / "gradebook.json").read_text())["learners"]}
+    assert {k: (r["submission"], r["total"], r["late"]) for k, r in book.items()} == {
+        "ada": ("graded", 5.0, False), "bob": ("graded", 3.0, True), "cy": ("wrong assignment", 0.0, False),
+        "dee": ("not submitted", 0.0, False)}
+    assert "not toy" in book["cy"]["message"] and "tampered" not in json.dumps(book["cy"])
+    assert book["ada"]["name"] == "Ada L"
+    with open(out / "gradebook.csv", newline="") as f:
+        rows = {r["learner"]: r for r in csv.DictReader(f)}
+    assert "multiply it by 2" in rows["bob"]["ex1_double message"] and rows["bob"]["late"] == "late"
+    feedback = (out / "feedback" / "bob.md").read_text()
+    assert "| ex1_double | 0/2 | failed |" in feedback and "multiply it by 2" in feedback and "after the deadline" in feedback
+    assert sorted(p.name for p in (out / "feedback").iterdir()) == ["ada.md", "bob.md", "cy.md", "dee.md"]
+    assert "wrong assignment" in done.stdout and "no submission" in done.stdout

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT, toy_problem_set
+from course_utils.paths import ROOT
+from _notebook_helpers import toy_problem_set
 from course_utils.classroom.assignments import make_exercise
 from course_utils.classroom.grader import GradingInputError
 from course_utils.classroom.grader import grade_notebook as _grade_notebook
@@ -63,18 +64,29 @@ def test_crash_in_learner_code_is_reported_as_failed_check(write_notebook):
 def test_syntax_error_is_an_error_naming_the_cell(write_notebook):
     report = grade_notebook(write_notebook(toy_problem_set(triple_body="return 3 *")), cell_timeout=60)
     triple = report.exercises[1]
-    assert triple.status == "error" and "SyntaxError" in triple.hint and "cell 6" in triple.hint
+    assert triple.status == "error" and "SyntaxError" in triple.hint
+    assert 'the cell that starts "def triple(x):"' in triple.hint  # named as Jupyter shows it, not by an index
 
 
 def test_endless_loop_times_out_and_grading_continues(write_notebook):
+    nb = toy_problem_set(double_body="return x * x")
+    nb.cells[3].source += "\nwhile True:\n    pass"
+    report = grade_notebook(write_notebook(nb), cell_timeout=4)
+    assert report.exercises[0].status == "timed out" and report.exercises[0].points == 0
+    assert 'the cell that starts "def double(x):"' in report.exercises[0].hint
+    assert report.exercises[1].status == "passed"
+    assert report.seconds < 60
+
+
+def test_a_correct_function_before_an_endless_loop_still_scores(write_notebook):
     nb = toy_problem_set()
     nb.cells[3].source = nb.cells[3].source.replace("    return 2 * x", "    return 2 * x\nwhile True:\n    pass")
     # 10 s: the limit applies to every cell, and the first call into the kernel after the interrupt imports the
     # grader's kernel side (torch among it), which took over 4 s on a loaded 2-core machine (a flake at 4 s)
     report = grade_notebook(write_notebook(nb), cell_timeout=10)
-    assert report.exercises[0].status == "timed out" and report.exercises[0].points == 0
+    assert (report.exercises[0].status, report.exercises[0].points) == ("passed", 2.0)
+    assert "interrupt" in report.exercises[0].hint
     assert report.exercises[1].status == "passed"
-    assert report.seconds < 40
 
 
 def test_dead_kernel_is_an_error(write_notebook):
@@ -112,6 +124,7 @@ def test_cli_exit_codes_table_and_json(write_notebook, tmp_path):
     assert "total" in full.stdout and "5/5" in full.stdout
     data = json.loads((tmp_path / "out.json").read_text())
     assert data["total"] == 5 and [e["status"] for e in data["exercises"]] == ["passed", "passed"]
+    assert "  ex1_double: passed\n  ex2_triple: passed" in full.stderr  # progress per exercise
 
     partial = run_cli("grade", str(write_notebook(toy_problem_set(double_body="return x * x"), "partial.ipynb")), "--pristine", pristine)
     assert partial.returncode == 1 and "failed" in partial.stdout and "3/5" in partial.stdout

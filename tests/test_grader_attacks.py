@@ -1,6 +1,6 @@
 """The grader against a learner who tries to game it: every attack scores zero for the attacked exercise.
 
-Attacks on the toy problem set of conftest.py (two exercises, double and triple) and on every real
+Attacks on the toy problem set of _notebook_helpers.py (two exercises, double and triple) and on every real
 problem set. Each attack pairs a *wrong* answer with a trick that would make an in-kernel check pass it.
 """
 from __future__ import annotations
@@ -8,7 +8,8 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from conftest import ROOT, toy_problem_set
+from course_utils.paths import ROOT
+from _notebook_helpers import toy_problem_set
 from course_utils.classroom.assignments import make_exercise
 from course_utils.classroom.grader import grade_notebook
 

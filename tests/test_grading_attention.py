@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import fails_with, stub
+from _grading_helpers import fails_with, stub
 from course_utils import attention as at
 from course_utils import attention_io as aio
 from course_utils.checks import CheckFailed, ForbiddenCall, NotAttempted
@@ -417,7 +417,7 @@ def solution_module(tmp_path_factory, replace=()):
     import importlib.util
     import json
 
-    from conftest import ROOT
+    from course_utils.paths import ROOT
     cells = json.loads((ROOT / "solutions" / "06_flash_attention.ipynb").read_text())["cells"]
     ids = ("ex7_swa_alibi", "ex8_flash_backward_atomic")
     source = "import math\nimport torch\nimport triton\nimport triton.language as tl\n\n\n" + "\n\n\n".join(

@@ -8,12 +8,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import fails_with, stub  # noqa: E402
-from _grading_helpers import SWEEP_SEEDS, forbidden_call as forbidden, replayed_answer_fails, sweep_named as named, sweep_passes as passes  # noqa: E402,E501
+from _grading_helpers import fails_with, stub  # noqa: E402
+from _grading_helpers import SWEEP_SEEDS, forbidden_call, pasted, replayed_answer_fails, sweep_named, sweep_passes  # noqa: E402,E501
 from course_utils import convolution as cv
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import convolution as grading
 from course_utils.grading import convolution_backward as backward
+
+pcv = pasted(cv)  # the lesson's helpers as a learner who pasted their source would have them
 
 SEEDS = SWEEP_SEEDS
 
@@ -29,24 +31,24 @@ def _output_shape(hw, k, s, p, d):
 
 def test_output_shape_check():
     check = grading.check_conv_output_shape
-    passes(check, _output_shape, trials=12)
-    passes(check, lambda *a: list(_output_shape(*a)))  # a list is accepted too
-    passes(check, lambda hw, k, s, p, d: tuple(int(np.floor((hw[a] + 2 * p[a] - d[a] * (k[a] - 1) - 1) / s[a])) + 1
+    sweep_passes(check, _output_shape, trials=12)
+    sweep_passes(check, lambda *a: list(_output_shape(*a)))  # a list is accepted too
+    sweep_passes(check, lambda hw, k, s, p, d: tuple(int(np.floor((hw[a] + 2 * p[a] - d[a] * (k[a] - 1) - 1) / s[a])) + 1
                                                for a in range(2)))  # written with / and floor
     with pytest.raises(NotAttempted):
         check(stub)
-    named(check, lambda hw, k, s, p, d: tuple((hw[a] + 2 * p[a] - k[a]) // s[a] + 1 for a in range(2)), "dilation")
-    named(check, lambda hw, k, s, p, d: tuple((hw[a] + p[a] - d[a] * (k[a] - 1) - 1) // s[a] + 1 for a in range(2)),
+    sweep_named(check, lambda hw, k, s, p, d: tuple((hw[a] + 2 * p[a] - k[a]) // s[a] + 1 for a in range(2)), "dilation")
+    sweep_named(check, lambda hw, k, s, p, d: tuple((hw[a] + p[a] - d[a] * (k[a] - 1) - 1) // s[a] + 1 for a in range(2)),
           "one side only")
-    named(check, lambda hw, k, s, p, d: tuple((hw[a] + 2 * p[a] - d[a] * (k[a] - 1) - 1) // s[a] for a in range(2)),
+    sweep_named(check, lambda hw, k, s, p, d: tuple((hw[a] + 2 * p[a] - d[a] * (k[a] - 1) - 1) // s[a] for a in range(2)),
           "off by one")
-    named(check, lambda hw, k, s, p, d: _output_shape(hw, k, s[::-1], p, d), "axes")
-    named(check, lambda hw, k, s, p, d: tuple(-(-(hw[a] + 2 * p[a] - d[a] * (k[a] - 1) - 1) // s[a]) + 1
+    sweep_named(check, lambda hw, k, s, p, d: _output_shape(hw, k, s[::-1], p, d), "axes")
+    sweep_named(check, lambda hw, k, s, p, d: tuple(-(-(hw[a] + 2 * p[a] - d[a] * (k[a] - 1) - 1) // s[a]) + 1
                                               for a in range(2)), "rounded up")
-    named(check, lambda *a: tuple(float(v) for v in _output_shape(*a)), "must be ints")
-    forbidden(check, lambda hw, k, s, p, d: tuple(cv.conv_output_size(hw[a], k[a], s[a], p[a], d[a]) for a in range(2)),
+    sweep_named(check, lambda *a: tuple(float(v) for v in _output_shape(*a)), "must be ints")
+    forbidden_call(check, lambda hw, k, s, p, d: tuple(cv.conv_output_size(hw[a], k[a], s[a], p[a], d[a]) for a in range(2)),
               "course_utils.convolution.conv_output_size")
-    forbidden(check, lambda hw, k, s, p, d: tuple(F.conv2d(torch.zeros(1, 1, *hw), torch.zeros(1, 1, *k), stride=s,
+    forbidden_call(check, lambda hw, k, s, p, d: tuple(F.conv2d(torch.zeros(1, 1, *hw), torch.zeros(1, 1, *k), stride=s,
                                                            padding=p, dilation=d).shape[2:]), "conv2d")
     hard_coded(check, _output_shape)
 
@@ -81,8 +83,8 @@ def _im2col_nhwc_sliding(x, kh, kw, s, p):  # right, written with sliding_window
 
 def test_im2col_nhwc_check():
     check = grading.check_im2col_nhwc
-    passes(check, _im2col_nhwc, trials=8)
-    passes(check, _im2col_nhwc_sliding)
+    sweep_passes(check, _im2col_nhwc, trials=8)
+    sweep_passes(check, _im2col_nhwc_sliding)
     with pytest.raises(NotAttempted):
         check(stub)
 
@@ -90,30 +92,34 @@ def test_im2col_nhwc_check():
         cols = _im2col_nhwc(x, kh, kw, s, p)
         return cols.reshape(len(cols), kh, kw, x.shape[3]).transpose(0, 3, 1, 2).reshape(len(cols), -1)
 
-    named(check, channel_major, "channel order")
-    named(check, lambda x, kh, kw, s, p: _im2col_nhwc(np.pad(x, ((0, 0), (p, 0), (p, 0), (0, 0))), kh, kw, s, 0),
+    sweep_named(check, channel_major, "channel order")
+    sweep_named(check, lambda x, kh, kw, s, p: _im2col_nhwc(np.pad(x, ((0, 0), (p, 0), (p, 0), (0, 0))), kh, kw, s, 0),
           "top/left")
-    named(check, lambda x, kh, kw, s, p: _im2col_nhwc(x, kh, kw, 1, p), "stride")
-    named(check, lambda x, kh, kw, s, p: _im2col_nhwc(x, kh, kw, s, p).T.copy(), "transposed")
-    named(check, lambda x, kh, kw, s, p: _im2col_nhwc(x, kh, kw, s, 0), "zero padding")
+    sweep_named(check, lambda x, kh, kw, s, p: _im2col_nhwc(x, kh, kw, 1, p), "stride")
+    sweep_named(check, lambda x, kh, kw, s, p: _im2col_nhwc(x, kh, kw, s, p).T.copy(), "transposed")
+    sweep_named(check, lambda x, kh, kw, s, p: _im2col_nhwc(x, kh, kw, s, 0), "zero padding")
 
     def via_course(x, kh, kw, s, p):
         cols = cv.im2col(np.ascontiguousarray(x.transpose(0, 3, 1, 2)), kh, kw, s, p)
         return np.ascontiguousarray(cols.reshape(x.shape[3], kh, kw, -1).transpose(3, 1, 2, 0).reshape(-1, kh * kw * x.shape[3]))
 
-    forbidden(check, via_course, "course_utils.convolution.im2col")
+    forbidden_call(check, via_course, "course_utils.convolution.im2col")
 
     def via_unfold(x, kh, kw, s, p):
         cols = F.unfold(torch.from_numpy(x).permute(0, 3, 1, 2), (kh, kw), padding=p, stride=s)  # (N, C*KH*KW, L)
         n, c = x.shape[0], x.shape[3]
         return cols.reshape(n, c, kh, kw, -1).permute(0, 4, 2, 3, 1).reshape(-1, kh * kw * c).numpy()
 
-    forbidden(check, via_unfold, "unfold")
+    forbidden_call(check, via_unfold, "unfold")
     hard_coded(check, _im2col_nhwc)
 
 
 # ---------------------------------------------------------------- exercise 3
 def _grouped(x, w, s, p, g):
+    return _grouped_with(pcv, x, w, s, p, g)
+
+
+def _grouped_with(cv, x, w, s, p, g):
     cols = cv.im2col(x, w.shape[2], w.shape[3], s, p)
     oh, ow = cv.conv_output_size(x.shape[2], w.shape[2], s, p), cv.conv_output_size(x.shape[3], w.shape[3], s, p)
     out = np.matmul(w.reshape(g, w.shape[0] // g, -1), cols.reshape(g, -1, cols.shape[1]))
@@ -123,7 +129,7 @@ def _grouped(x, w, s, p, g):
 def _grouped_einsum(x, w, s, p, g):  # right, written as per-group views and one einsum
     n, c_in, h, wd = x.shape
     kh, kw = w.shape[2:]
-    view = cv.im2col_view(x, kh, kw, s, p)  # (N, C_in, KH, KW, OH, OW)
+    view = pcv.im2col_view(x, kh, kw, s, p)  # (N, C_in, KH, KW, OH, OW)
     view = view.reshape(n, g, c_in // g, kh, kw, *view.shape[4:])
     wg = w.reshape(g, w.shape[0] // g, c_in // g, kh, kw)
     out = np.einsum("ngcpqij,gocpq->ngoij", view, wg)
@@ -132,27 +138,29 @@ def _grouped_einsum(x, w, s, p, g):  # right, written as per-group views and one
 
 def test_conv2d_grouped_check():
     check = grading.check_conv2d_grouped
-    passes(check, _grouped, trials=8)
-    passes(check, _grouped_einsum)
+    sweep_passes(check, _grouped, trials=8)
+    sweep_passes(check, _grouped_einsum)
+    # the prompt allows the lesson's own im2col and conv_output_size (ByHand(allow=...)); its whole convolutions stay refused
+    sweep_passes(check, lambda x, w, s, p, g: _grouped_with(cv, x, w, s, p, g))
     with pytest.raises(NotAttempted):
         check(stub)
-    named(check, lambda x, w, s, p, g: _grouped(x, np.ascontiguousarray(w[..., ::-1, ::-1]), s, p, g), "flipped")
+    sweep_named(check, lambda x, w, s, p, g: _grouped(x, np.ascontiguousarray(w[..., ::-1, ::-1]), s, p, g), "flipped")
 
     def group0(x, w, s, p, g):
         cig = x.shape[1] // g
         return _grouped(np.tile(x[:, :cig], (1, g, 1, 1)), w, s, p, g)
 
-    named(check, group0, "first group")
+    sweep_named(check, group0, "first group")
 
     def rows_interleaved(x, w, s, p, g):
-        cols = cv.im2col(x, w.shape[2], w.shape[3], s, p)
-        oh, ow = cv.conv_output_size(x.shape[2], w.shape[2], s, p), cv.conv_output_size(x.shape[3], w.shape[3], s, p)
+        cols = pcv.im2col(x, w.shape[2], w.shape[3], s, p)
+        oh, ow = pcv.conv_output_size(x.shape[2], w.shape[2], s, p), pcv.conv_output_size(x.shape[3], w.shape[3], s, p)
         out = np.matmul(w.reshape(g, w.shape[0] // g, -1), cols.reshape(-1, g, cols.shape[1]).transpose(1, 0, 2))
         return np.ascontiguousarray(out.reshape(w.shape[0], x.shape[0], oh, ow).transpose(1, 0, 2, 3))
 
-    named(check, rows_interleaved, "channel order")
-    named(check, lambda x, w, s, p, g: _grouped(x, w, s, 0, g), "padding")
-    forbidden(check, lambda x, w, s, p, g: F.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=s, padding=p,
+    sweep_named(check, rows_interleaved, "channel order")
+    sweep_named(check, lambda x, w, s, p, g: _grouped(x, w, s, 0, g), "padding")
+    forbidden_call(check, lambda x, w, s, p, g: F.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=s, padding=p,
                                                     groups=g).numpy(), "conv2d")
 
     def per_group_course(x, w, s, p, g):  # the lesson's whole convolution, once per group
@@ -160,38 +168,38 @@ def test_conv2d_grouped_check():
         return np.concatenate([cv.conv2d_im2col(x[:, i * cig:(i + 1) * cig], w[i * cog:(i + 1) * cog], s, p)
                                for i in range(g)], axis=1)
 
-    forbidden(check, per_group_course, "course_utils.convolution.conv2d_im2col")
+    forbidden_call(check, per_group_course, "course_utils.convolution.conv2d_im2col")
     hard_coded(check, _grouped)
 
 
 # ---------------------------------------------------------------- exercises 4 and 5
 def _grad_weight(x, g, k, s, p):
-    cols = cv.im2col(x, k, k, s, p)
+    cols = pcv.im2col(x, k, k, s, p)
     gm = g.transpose(1, 0, 2, 3).reshape(g.shape[1], -1)
     return (gm @ cols.T).reshape(g.shape[1], x.shape[1], k, k)
 
 
 def _grad_weight_einsum(x, g, k, s, p):  # right, written on the strided view
-    return np.einsum("ncpqij,noij->ocpq", cv.im2col_view(x, k, k, s, p), g)
+    return np.einsum("ncpqij,noij->ocpq", pcv.im2col_view(x, k, k, s, p), g)
 
 
 def test_conv2d_grad_weight_check():
     check = grading.check_conv2d_grad_weight
-    passes(check, _grad_weight, trials=8)
-    passes(check, _grad_weight_einsum)
+    sweep_passes(check, _grad_weight, trials=8)
+    sweep_passes(check, _grad_weight_einsum)
     with pytest.raises(NotAttempted):
         check(stub)
-    named(check, lambda *a: np.ascontiguousarray(_grad_weight(*a)[..., ::-1, ::-1]), "flipped")
-    named(check, lambda x, g, k, s, p: _grad_weight(x, g, k, s, p) / x.shape[0], "averaged")
-    named(check, lambda x, g, k, s, p: _grad_weight(x[:1], g[:1], k, s, p), "first sample")
-    named(check, lambda x, g, k, s, p: backward._grad_weight_unpadded(x, g, k, s, p), "unpadded")
+    sweep_named(check, lambda *a: np.ascontiguousarray(_grad_weight(*a)[..., ::-1, ::-1]), "flipped")
+    sweep_named(check, lambda x, g, k, s, p: _grad_weight(x, g, k, s, p) / x.shape[0], "averaged")
+    sweep_named(check, lambda x, g, k, s, p: _grad_weight(x[:1], g[:1], k, s, p), "first sample")
+    sweep_named(check, lambda x, g, k, s, p: backward._grad_weight_unpadded(x, g, k, s, p), "unpadded")
 
     def by_autograd(x, g, k, s, p):
         w = torch.zeros(g.shape[1], x.shape[1], k, k, dtype=torch.float64, requires_grad=True)
         F.conv2d(torch.from_numpy(x), w, stride=s, padding=p).backward(torch.from_numpy(g))
         return w.grad.numpy()
 
-    forbidden(check, by_autograd, "conv2d")
+    forbidden_call(check, by_autograd, "conv2d")
 
     hard_coded(check, _grad_weight)
 
@@ -201,7 +209,7 @@ def test_conv2d_grad_weight_check_forbids_torch_nn_grad():
         return torch.nn.grad.conv2d_weight(torch.from_numpy(x), (g.shape[1], x.shape[1], k, k), torch.from_numpy(g),
                                            stride=s, padding=p).numpy()
 
-    forbidden(grading.check_conv2d_grad_weight, by_nn_grad, "torch.nn.grad.conv2d_weight")
+    forbidden_call(grading.check_conv2d_grad_weight, by_nn_grad, "torch.nn.grad.conv2d_weight")
 
 
 def _grad_input(g, w, hw, s, p):
@@ -232,11 +240,11 @@ def _grad_input_torch(g, w, hw, s, p):
 
 def test_conv2d_grad_input_check():
     check = grading.check_conv2d_grad_input
-    passes(check, _grad_input, trials=8)
-    passes(check, _grad_input_loops)
+    sweep_passes(check, _grad_input, trials=8)
+    sweep_passes(check, _grad_input_loops)
     with pytest.raises(NotAttempted):
         check(stub)
-    named(check, lambda g, w, hw, s, p: _grad_input(g, np.ascontiguousarray(w[..., ::-1, ::-1]), hw, s, p),
+    sweep_named(check, lambda g, w, hw, s, p: _grad_input(g, np.ascontiguousarray(w[..., ::-1, ::-1]), hw, s, p),
           "not flipped")
 
     def crop_late(g, w, hw, s, p):  # gradient of the padded input cropped at p - 1
@@ -244,7 +252,7 @@ def test_conv2d_grad_input_check():
         big = _grad_input(g, w, (hw[0] + 2 * p, hw[1] + 2 * p), s, 0)
         return np.ascontiguousarray(big[:, :, q:q + hw[0], q:q + hw[1]])
 
-    named(check, crop_late, "off-by-one padding")
+    sweep_named(check, crop_late, "off-by-one padding")
 
     def scatter_without_stride(g, w, hw, s, p):  # col2im that steps 1 pixel per output pixel
         n, c_out, oh, ow = g.shape
@@ -256,14 +264,14 @@ def test_conv2d_grad_input_check():
                 dxp[:, :, u:u + oh, v:v + ow] += dcols[:, u, v].transpose(1, 0, 2, 3)
         return dxp[:, :, p:p + hw[0], p:p + hw[1]].copy()
 
-    named(check, scatter_without_stride, "ignored the stride")
-    forbidden(check, _grad_input_torch, "conv_transpose2d")
+    sweep_named(check, scatter_without_stride, "ignored the stride")
+    forbidden_call(check, _grad_input_torch, "conv_transpose2d")
 
     def via_col2im(g, w, hw, s, p):
         dcols = w.reshape(w.shape[0], -1).T @ g.transpose(1, 0, 2, 3).reshape(g.shape[1], -1)
         return cv.col2im(dcols, (g.shape[0], w.shape[1]) + tuple(hw), w.shape[2], w.shape[3], s, p)
 
-    forbidden(check, via_col2im, "course_utils.convolution.col2im")
+    forbidden_call(check, via_col2im, "course_utils.convolution.col2im")
     hard_coded(check, _grad_input)
 
 
@@ -274,8 +282,8 @@ def _conv1x1(x, w):
 
 def test_conv1x1_check():
     check = grading.check_conv1x1
-    passes(check, _conv1x1, trials=8)
-    passes(check, lambda x, w: (x.permute(0, 2, 3, 1) @ w.T).permute(0, 3, 1, 2).contiguous())  # channels-last
+    sweep_passes(check, _conv1x1, trials=8)
+    sweep_passes(check, lambda x, w: (x.permute(0, 2, 3, 1) @ w.T).permute(0, 3, 1, 2).contiguous())  # channels-last
     with pytest.raises(NotAttempted):
         check(stub)
 
@@ -283,17 +291,17 @@ def test_conv1x1_check():
         n, c, h, wd = x.shape
         return (x.reshape(n * h * wd, c) @ w.T).reshape(n, h, wd, -1).permute(0, 3, 1, 2).contiguous()
 
-    named(check, bad_reshape, "mixes channels and pixels")
+    sweep_named(check, bad_reshape, "mixes channels and pixels")
 
     def no_permute_back(x, w):
         n, c, h, wd = x.shape
         return (x.permute(0, 2, 3, 1).reshape(-1, c) @ w.T).reshape(n, -1, h, wd).contiguous()
 
-    named(check, no_permute_back, "wrong order")
-    named(check, lambda x, w: (x.permute(0, 2, 3, 1) @ w).permute(0, 3, 1, 2).contiguous(), "transposed")
-    named(check, lambda x, w: (x.permute(0, 2, 3, 1) @ w.T).permute(0, 3, 1, 2), "not contiguous")
-    forbidden(check, lambda x, w: F.conv2d(x, w[:, :, None, None]), "conv2d")
-    forbidden(check, lambda x, w: torch.einsum("nchw,oc->nohw", x, w).contiguous(), "einsum")
+    sweep_named(check, no_permute_back, "wrong order")
+    sweep_named(check, lambda x, w: (x.permute(0, 2, 3, 1) @ w).permute(0, 3, 1, 2).contiguous(), "transposed")
+    sweep_named(check, lambda x, w: (x.permute(0, 2, 3, 1) @ w.T).permute(0, 3, 1, 2), "not contiguous")
+    forbidden_call(check, lambda x, w: F.conv2d(x, w[:, :, None, None]), "conv2d")
+    forbidden_call(check, lambda x, w: torch.einsum("nchw,oc->nohw", x, w).contiguous(), "einsum")
     hard_coded(check, _conv1x1)
 
 
@@ -307,18 +315,18 @@ def _mib(x_shape, w_shape, s, p, itemsize):
 
 def test_column_matrix_mib_check():
     check = grading.check_column_matrix_mib
-    passes(check, _mib, trials=10)
-    passes(check, lambda x, w, s, p, i: np.prod([x[0], w[1], w[2], w[3], cv.conv_output_size(x[2], w[2], s, p),
-                                                  cv.conv_output_size(x[3], w[3], s, p), i]) / 1024 / 1024)
+    sweep_passes(check, _mib, trials=10)
+    sweep_passes(check, lambda x, w, s, p, i: np.prod([x[0], w[1], w[2], w[3], pcv.conv_output_size(x[2], w[2], s, p),
+                                                  pcv.conv_output_size(x[3], w[3], s, p), i]) / 1024 / 1024)
     with pytest.raises(NotAttempted):
         check(stub)
-    named(check, lambda x, w, s, p, i: _mib(x, w, s, p, i) * 2 ** 20 / 1e6, "MB")
-    named(check, lambda x, w, s, p, i: _mib(x, w, 1, p, i), "stride-1")
-    named(check, lambda x, w, s, p, i: _mib(x, w, s, 0, i), "padding")
-    named(check, lambda x, w, s, p, i: _mib((x[0], w[0]) + tuple(x[2:]), w, s, p, i), "output channels")
-    named(check, lambda x, w, s, p, i: _mib((1,) + tuple(x[1:]), w, s, p, i), "one image")
+    sweep_named(check, lambda x, w, s, p, i: _mib(x, w, s, p, i) * 2 ** 20 / 1e6, "MB")
+    sweep_named(check, lambda x, w, s, p, i: _mib(x, w, 1, p, i), "stride-1")
+    sweep_named(check, lambda x, w, s, p, i: _mib(x, w, s, 0, i), "padding")
+    sweep_named(check, lambda x, w, s, p, i: _mib((x[0], w[0]) + tuple(x[2:]), w, s, p, i), "output channels")
+    sweep_named(check, lambda x, w, s, p, i: _mib((1,) + tuple(x[1:]), w, s, p, i), "one image")
     fails_with(lambda f: check(f, seed=0, trials=10, quiet=True), lambda x, w, s, p, i: _mib(x, w, s, p, 4), "itemsize")
-    forbidden(check, lambda x, w, s, p, i: cv.im2col(np.zeros(x, dtype=np.float32), w[2], w[3], s, p).size * i / 2 ** 20,
+    forbidden_call(check, lambda x, w, s, p, i: cv.im2col(np.zeros(x, dtype=np.float32), w[2], w[3], s, p).size * i / 2 ** 20,
               "course_utils.convolution.im2col")
     hard_coded(check, _mib)
     with pytest.raises(CheckFailed):  # the old exercise's single answer, 225.09765625 MiB, is no longer enough

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import fails_with, stub  # noqa: E402
+from _grading_helpers import fails_with, stub  # noqa: E402
 from course_utils.checks import CheckFailed, ForbiddenCall, NotAttempted
 from course_utils.grading import convolution as grading
 
@@ -85,7 +85,8 @@ def test_each_mistake_is_named(mistake):
         fails_with(lambda f: check(f, seed=seed, quiet=True), fn, fragment)
 
 
-@pytest.mark.parametrize("shortcut", ["matmul", "at", "einsum", "mm", "numpy", "asarray"])
+@pytest.mark.parametrize("shortcut", ["matmul", "at", "einsum", "mm", "numpy", "asarray", "inner", "conv1d",
+                                      "linear", "blocked"])
 def test_matrix_products_and_numpy_are_forbidden(shortcut):
     def tile(a, b):
         if shortcut == "matmul":
@@ -96,6 +97,16 @@ def test_matrix_products_and_numpy_are_forbidden(shortcut):
             return torch.einsum("pi,pj->ij", a, b)
         if shortcut == "mm":
             return torch.mm(a.T, b)
+        if shortcut == "inner":  # the leak of issue 23: torch.inner reaches aten::mm whatever it is called
+            return torch.inner(a.T.contiguous(), b.T.contiguous())
+        if shortcut == "conv1d":  # a 1-D convolution with kc input channels and kernel width 1 is the GEMM too
+            return torch.nn.functional.conv1d(b[None], a.T.contiguous()[:, :, None])[0]
+        if shortcut == "linear":
+            return torch.nn.functional.linear(a.T.contiguous(), b.T.contiguous())
+        if shortcut == "blocked":  # the lesson's own blocked GEMM
+            from course_utils import convolution_blocking as blk
+            return torch.tensor(blk.blocked_matmul(np.array(a.T.tolist(), dtype=np.float32),
+                                                   np.array(b.tolist(), dtype=np.float32)))
         if shortcut == "numpy":
             return torch.from_numpy(a.numpy().T @ b.numpy())
         return torch.from_numpy(np.asarray(a).T @ np.asarray(b))
@@ -105,6 +116,10 @@ def test_matrix_products_and_numpy_are_forbidden(shortcut):
 
     with pytest.raises(ForbiddenCall):
         check(fn, seed=0, quiet=True)
+
+
+def test_broadcast_rank1_updates_do_not_trip_the_watch():  # torch.outer is named as allowed in the prompt
+    check(_different, seed=3, quiet=True)
 
 
 def test_a_hard_coded_answer_fails_on_fresh_inputs():

@@ -13,7 +13,7 @@ from course_utils import diffusion as dm
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.diffusion_metrics import mmd_rbf
 from course_utils.grading import diffusion as gd
-from conftest import fails_with  # noqa: E402
+from _grading_helpers import fails_with  # noqa: E402
 from _grading_helpers import each_mistake_is_named, right_answers_pass  # noqa: E402
 
 
@@ -86,7 +86,7 @@ def ddpm_loss_solution(model, x0, t, noise, betas):
 def ddpm_loss_other(model, x0, t, noise, betas):
     log_ab = torch.cumsum(torch.log1p(-betas), dim=0)[t][:, None]
     x_t = torch.exp(0.5 * log_ab) * x0 + torch.sqrt(-torch.expm1(log_ab)) * noise
-    return torch.nn.functional.mse_loss(model(x_t, t), noise)
+    return torch.square(model(x_t, t) - noise).mean()  # F.mse_loss is refused (aten::mse_loss)
 
 
 def mmd_solution(a, b, sigma):
@@ -167,7 +167,7 @@ SHORTCUTS = {
     "ddim_x0": (_course_ddim, "ddim_step"),
     "from_v": (gd._reference_from_v_prediction, "_reference_from_v_prediction"),
     "ddpm_loss": (lambda model, x0, t, noise, betas: ((model(dm.q_sample(dm.Schedule.from_betas(betas), x0, t, noise), t)
-                                                        - noise) ** 2).mean(), "q_sample"),
+                                                        - noise) ** 2).mean(), "Schedule.from_betas"),
     "mmd": (lambda a, b, sigma: torch.tensor(mmd_rbf(a, b, (sigma,)), dtype=torch.float64), "mmd_rbf"),
 }
 
@@ -306,7 +306,7 @@ def _dpm_via_diffusers(eps_model, x, alpha_bar, timesteps):
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_dpm_shortcuts_are_forbidden():
-    forbidden(gd.check_dpm_solver_2m, _dpm_via_diffusers, "DPMSolverMultistepScheduler")
+    forbidden(gd.check_dpm_solver_2m, _dpm_via_diffusers, "diffusers")
     with pytest.raises(ForbiddenCall):
         gd.check_dpm_solver_2m(lambda *a: gds._reference_dpm_solver_2m(*a), seed=SEED, trials=2)
     with pytest.raises(ForbiddenCall):
@@ -320,3 +320,24 @@ def test_the_dpm_reference_agrees_with_diffusers_to_its_float32_schedule():
         want = gds._reference_dpm_solver_2m(model, x, ab, ts)
         got = _dpm_via_diffusers(model, x, ab, ts)
         assert ((got - want).abs() / (1 + want.abs())).max().item() < 2e-3
+
+
+# ---------------------------------------------------------------- BY_HAND_* wired: the operator-level watch
+def test_ddpm_loss_mse_through_a_module_is_refused_and_the_right_answer_passes():
+    def via_module(model, x0, t, noise, betas):
+        alpha_bar = torch.cumprod(1 - betas, dim=0)[t].unsqueeze(-1)
+        x_t = alpha_bar.sqrt() * x0 + (1 - alpha_bar).sqrt() * noise
+        return torch.nn.MSELoss()(model(x_t, t), noise)  # nn.MSELoss reaches aten::mse_loss
+
+    forbidden(gd.check_ddpm_loss, via_module, "aten::mse_loss")
+    gd.check_ddpm_loss(ddpm_loss_solution, seed=SEED, trials=2)
+
+
+def test_from_v_prediction_refuses_the_lesson_module_after_a_rearrangement():
+    x0_from_eps = getattr(dm, "predict_" + "x0")  # reached by name lookup: the watch tests the callee's module
+
+    def via_lesson(*args):
+        x0_from_eps(torch.zeros(1), torch.zeros(1), 0.5)
+        return from_v_solution(*args)
+
+    forbidden(gd.check_from_v_prediction, via_lesson, "course_utils.diffusion.predict_x0")

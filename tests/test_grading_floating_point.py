@@ -9,7 +9,7 @@ import torch
 from course_utils import floating_point as fp
 from course_utils import floating_point_rounding as fpr
 from course_utils.grading import floating_point as gfp
-from conftest import stub  # noqa: E402
+from _grading_helpers import stub  # noqa: E402
 from _grading_helpers import SEED, Recorder, fails, forbidden, not_attempted, passes, rejects_recorded_answers  # noqa: E402
 
 
@@ -202,11 +202,12 @@ def test_check_names_the_mistake(check, wrong, hint):
 SHORTCUTS = [
     (gfp.check_format_limits, lambda e, m: gfp._reference_limits(e, m), "_reference_limits"),
     (gfp.check_decode, lambda b, e, m, no_inf=False: fp.decode(b, e, m, no_inf=no_inf), "course_utils.floating_point.decode"),
+    # the FloatFormat built for the argument is refused first: the message names the lesson module
     (gfp.check_round_to_nearest_even, lambda x, e, m: fpr.round_to_format(x, fp.FloatFormat("x", e, m)),
-     "course_utils.floating_point_rounding.round_to_format"),
+     "course_utils.floating_point"),
     (gfp.check_round_to_nearest_even, lambda x, e, m: torch.from_numpy(x).half().double().numpy(), "torch.Tensor.half"),
     (gfp.check_overflow_underflow, lambda x, e, m: fpr.classify(x, fp.FloatFormat("x", e, m)),
-     "course_utils.floating_point_rounding.classify"),
+     "course_utils.floating_point"),
     (gfp.check_kahan_sum, lambda x: np.float16(__import__("math").fsum(x.astype(float))), "math.fsum"),
     (gfp.check_stochastic_rounding, lambda x, rng: fpr.stochastic_round(x, "bf16", rng).astype(np.float32),
      "course_utils.floating_point_rounding.stochastic_round"),
@@ -245,6 +246,16 @@ def test_sr_failure_names_the_seed():
 NUMPY_SHORTCUTS = [
     (gfp.check_round_to_nearest_even, lambda x, e, m: round_fp32(x, e, m) if np.round(0.5) == 0 else None, "numpy.round"),
     (gfp.check_kahan_sum, lambda x: np.float16(np.sum(x, dtype=np.float64)), "numpy.sum"),
+    # the leaks of issue 23: np.rint breaks the ties for you, the .sum() method and Python's sum add in float64,
+    # the lesson's FloatFormat knows every limit
+    (gfp.check_round_to_nearest_even, lambda x, e, m: round_fp32(x, e, m) if np.rint(x).size >= 0 else None,
+     "numpy.rint"),
+    (gfp.check_kahan_sum, lambda x: np.float16(x.astype(np.float64).sum()), "numpy.ndarray.sum"),
+    (gfp.check_kahan_sum, lambda x: np.float16(sum(x.astype(np.float64).tolist())), "sum"),
+    (gfp.check_format_limits, lambda e, m: (lambda f: (f.max_value, f.smallest_normal, f.smallest_subnormal, f.eps))(
+        fp.FloatFormat("x", e, m)), "course_utils.floating_point"),
+    (gfp.check_overflow_underflow, lambda x, e, m: will_it_fit(x, e, m) if fp.FloatFormat("x", e, m).bias else None,
+     "course_utils.floating_point"),
 ]
 
 

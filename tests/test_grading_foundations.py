@@ -12,7 +12,7 @@ import torch
 
 from course_utils import foundations as fd
 from course_utils.grading import foundations as gf
-from conftest import stub  # noqa: E402
+from _grading_helpers import stub  # noqa: E402
 from _grading_helpers import SEED, Recorder, fails, forbidden, not_attempted, passes, rejects_recorded_answers  # noqa: E402
 
 
@@ -118,6 +118,18 @@ def test_check_pairwise_sq_dists():
     fails(gf.check_pairwise_sq_dists, lambda X, Y: (X[:, None] - Y[None]).sum(-1), "without squaring")
     from scipy.spatial.distance import cdist
     forbidden(gf.check_pairwise_sq_dists, lambda X, Y: cdist(X, Y, "sqeuclidean"), "scipy.spatial.distance.cdist")
+
+    def rows_by_loop(X, Y):  # right values, but the prompt says "without a Python loop"
+        return np.stack([((x - Y) ** 2).sum(-1) for x in X])
+
+    def while_loop(X, Y):
+        out, i = np.empty((X.shape[0], Y.shape[0])), 0
+        while i < X.shape[0]:
+            out[i], i = ((X[i] - Y) ** 2).sum(-1), i + 1
+        return out
+
+    forbidden(gf.check_pairwise_sq_dists, rows_by_loop, "Python loop")
+    forbidden(gf.check_pairwise_sq_dists, while_loop, "Python loop")
     table = Recorder(pairwise_ok)
     gf.check_pairwise_sq_dists(table, seed=SEED)
     table.learning = False

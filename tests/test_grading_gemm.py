@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from _grading_helpers import pasted
-from conftest import fails_with, stub
+from _grading_helpers import fails_with, pasted, stub
 from course_utils import gemm as G
 from course_utils import gemm_models as GM
 from course_utils.checks import ForbiddenCall, NotAttempted
@@ -351,7 +350,7 @@ def test_named_mistakes_survive_the_grader(tmp_path):
     learner's launchers through remote proxies; the hints must still name the mistakes."""
     import nbformat
 
-    from conftest import ROOT
+    from course_utils.paths import ROOT
     from course_utils.classroom.grader import grade_notebook
 
     nb = nbformat.read(ROOT / "solutions" / "05_gemm_triton.ipynb", as_version=4)
@@ -383,7 +382,7 @@ def solution05(tmp_path_factory, replace=()):
     import importlib.util
     import json
 
-    from conftest import ROOT
+    from course_utils.paths import ROOT
     cells = json.loads((ROOT / "solutions" / "05_gemm_triton.ipynb").read_text())["cells"]
     ids = ("ex2_linear_kernel", "ex5_bias_leaky", "ex7_split_k")
     source = "import torch\nimport triton\nimport triton.language as tl\n\n\n" + "\n\n\n".join(

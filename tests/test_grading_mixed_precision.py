@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from course_utils.grading import mixed_precision as gmp
-from conftest import stub  # noqa: E402
+from _grading_helpers import stub  # noqa: E402
 from _grading_helpers import SEED, Recorder, fails, forbidden, not_attempted, passes, rejects_recorded_answers  # noqa: E402
 
 
@@ -73,6 +73,21 @@ class StubScaler:
         raise NotImplementedError
 
 
+def _pasted_class(cls):
+    """``cls`` as if the learner had pasted its source: its methods' code over a copy of its module's globals."""
+    import sys
+    import types
+
+    namespace = dict(vars(sys.modules[cls.__module__]), __name__="__main__")
+    body = {k: types.FunctionType(v.__code__, namespace, v.__name__, v.__defaults__, v.__closure__)
+            if isinstance(v, types.FunctionType) else v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
+    body["__module__"] = "__main__"
+    return type(cls.__name__, cls.__bases__, body)
+
+
+BuggyScaler = _pasted_class(gmp._BuggyScaler)  # the check's own named mistakes, pasted as a learner would
+
+
 def test_scaler_check():
     passes(gmp.check_dynamic_loss_scaler, GoodScaler)
     passes(gmp.check_dynamic_loss_scaler, ScalerWrittenDifferently)
@@ -80,7 +95,60 @@ def test_scaler_check():
     for bug, fragment in [("every_step", "grow only when"), ("never_skip", "must return True"), ("inf_only", "isfinite"),
                           ("no_reset", "restart at 0"), ("divide_backoff", "do not divide"), ("fixed_half", "whatever backoff_factor"),
                           ("multiply", "dividing"), ("never_reset_count", "kept growing")]:
-        fails(gmp.check_dynamic_loss_scaler, lambda *a, bug=bug, **k: gmp._BuggyScaler(bug, *a, **k), fragment)
+        fails(gmp.check_dynamic_loss_scaler, lambda *a, bug=bug, **k: BuggyScaler(bug, *a, **k), fragment)
+
+
+class FusedKernelScaler(GoodScaler):
+    """Issue 23's leak: GradScaler's own fused kernels do the unscale and the inf check."""
+
+    def unscale_(self, grads):
+        found = torch.zeros(1)
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found, torch.full((1,), 1.0 / self.scale))
+        return bool(found.item())
+
+
+class WrappedGradScaler:
+    """Delegates to torch.amp.GradScaler itself."""
+
+    def __init__(self, init_scale, growth_factor, backoff_factor, growth_interval):
+        self.inner = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_factor=growth_factor,
+                                          backoff_factor=backoff_factor, growth_interval=growth_interval)
+        self.inner.scale(torch.ones(()))
+
+    @property
+    def scale(self):
+        return float(self.inner.get_scale())
+
+    def unscale_(self, grads):
+        found = torch.zeros(1)
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found, torch.full((1,), 1.0 / self.scale))
+        return bool(found.item())
+
+    def update(self, found_inf):
+        self.inner.update()
+
+
+def _lesson_scaler():
+    from course_utils.mixed_precision import DynamicLossScaler
+
+    class LessonScaler(DynamicLossScaler):  # the lesson's scaler with the exercise's method names
+        def __init__(self, init_scale, growth_factor, backoff_factor, growth_interval):
+            super().__init__(init_scale, growth_factor, backoff_factor, growth_interval)
+
+        def unscale_(self, grads):
+            return GoodScaler.unscale_(self, grads)
+
+        def update(self, found_inf):
+            super().update()
+
+    return LessonScaler
+
+
+@pytest.mark.parametrize("make, name", [(lambda: FusedKernelScaler, "_amp_foreach_non_finite_check_and_unscale_"),
+                                        (lambda: WrappedGradScaler, "torch.amp"), (_lesson_scaler, "course_utils.mixed_precision")],
+                         ids=["fused_kernel", "grad_scaler", "lesson_scaler"])
+def test_scaler_check_refuses_grad_scaler_and_its_kernels(make, name):
+    forbidden(gmp.check_dynamic_loss_scaler, make(), name)
 
 
 # ---------------------------------------------------------------- exercise 2: unscale, then clip

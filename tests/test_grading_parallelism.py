@@ -333,7 +333,7 @@ def test_zero2_a_hard_coded_answer_fails():
 
 
 def test_zero2_gloo_run_of_a_stub_is_not_attempted_without_launching():
-    from conftest import stub
+    from _grading_helpers import stub
 
     with pytest.raises(NotAttempted):
         g.run_zero2_on_gloo(stub)
@@ -342,3 +342,39 @@ def test_zero2_gloo_run_of_a_stub_is_not_attempted_without_launching():
 @pytest.mark.slow
 def test_zero2_on_two_real_gloo_ranks_matches_torch_adam():
     assert g.run_zero2_on_gloo(zero2_solution, world=2, n=101, steps=2) < 1e-12
+
+
+# ---------------------------------------------------------------- BY_HAND_* wired: the lesson modules refused
+def test_a_lesson_function_reached_by_lookup_is_refused_where_the_old_list_named_none():
+    capacity = getattr(pmoe, "expert_" + "capacity")  # any course_utils.parallelism* function, however reached
+
+    def with_lesson_helper(logits, k, cap):
+        capacity(logits.shape[0], logits.shape[1], k, 1.0)
+        return route_solution(logits, k, cap)
+
+    with pytest.raises(ForbiddenCall) as info:
+        g.check_route_top_k(with_lesson_helper, trials=2)
+    assert "course_utils.parallelism_moe.expert_capacity" in str(info.value) and "\n" not in str(info.value)
+    g.check_route_top_k(route_solution, trials=2)
+
+
+def test_zero2_adam_foreach_kernels_are_refused_at_the_operator():
+    """torch.optim's multi-tensor path (_foreach_add_, _foreach_lerp_, ...) computes the moment update for you."""
+    def with_foreach(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, comm):
+        size = exp_avg.numel()
+        pad = comm.world * size - param.numel()
+        g_ = grad.new_empty(size)
+        comm.reduce_scatter(g_, F.pad(grad, (0, pad)))
+        g_ = g_ / comm.world
+        p = F.pad(param, (0, pad))[comm.rank * size:(comm.rank + 1) * size]
+        b1, b2 = betas
+        m, v = b1 * exp_avg, b2 * exp_avg_sq
+        torch._foreach_add_([m, v], [(1 - b1) * g_, (1 - b2) * g_ * g_])
+        p = p - lr * (m / (1 - b1**step)) / ((v / (1 - b2**step)).sqrt() + eps)
+        full = param.new_empty(comm.world * size)
+        comm.all_gather(full, p)
+        return full[:param.numel()], m, v
+
+    with pytest.raises(ForbiddenCall) as info:
+        gz.check_zero2_adam_step(with_foreach, trials=2)
+    assert "aten::_foreach_add_" in str(info.value) and "\n" not in str(info.value)

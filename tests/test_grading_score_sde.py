@@ -14,8 +14,7 @@ from course_utils import score_sde_fokker_planck as sfp
 from course_utils import score_sde_solvers as sv
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import score_sde as gs
-from conftest import fails_with  # noqa: E402
-from _grading_helpers import SEED, each_mistake_is_named, forbidden, right_answers_pass  # noqa: E402
+from _grading_helpers import SEED, each_mistake_is_named, fails_with, forbidden, right_answers_pass  # noqa: E402
 
 
 # ---------------------------------------------------------------- solutions, as in solutions/12, and other right answers
@@ -194,11 +193,11 @@ def test_the_private_helpers_behind_the_references_are_forbidden():
 
 
 def test_diffusers_karras_ladder_is_forbidden():
-    forbidden(gs.check_karras_sigmas, _karras_via_diffusers, "_convert_to_karras")
+    forbidden(gs.check_karras_sigmas, _karras_via_diffusers, "diffusers")
 
 
 def test_diffusers_karras_ve_step_is_forbidden_in_the_heun_exercise():
-    forbidden(gs.check_edm_heun_sampler, _heun_via_diffusers, "KarrasVeScheduler.step")
+    forbidden(gs.check_edm_heun_sampler, _heun_via_diffusers, "KarrasVeScheduler")
 
 
 def test_the_usual_mistakes_are_named():
@@ -227,3 +226,17 @@ def test_the_heun_check_needs_enough_levels_that_euler_differs_visibly():
     for seed in range(20):
         den, x, sigmas = gs._edm_inputs(np.random.default_rng(seed))
         assert sigmas.shape[0] >= 3 and x.shape[0] >= 20 and sigmas[-1] == 0
+
+
+# ---------------------------------------------------------------- BY_HAND_* wired: the operator-level watch
+def test_vp_dsm_mse_loss_under_an_alias_is_refused_and_the_right_answer_passes():
+    from torch.nn.functional import mse_loss as squared_error  # another name: the watch sees aten::mse_loss anyway
+
+    def via_mse_loss(score_fn, x0, u, noise, beta_min, beta_max):
+        m = (-0.25 * u**2 * (beta_max - beta_min) - 0.5 * u * beta_min).exp()[:, None]
+        sig = (1 - m**2).sqrt()
+        return squared_error(sig * score_fn(m * x0 + sig * noise, u), -noise, reduction="sum") / x0.shape[0]
+
+    forbidden(gs.check_vp_dsm_loss, via_mse_loss, "aten::mse_loss")
+    gs.check_vp_dsm_loss(vp_dsm_solution, seed=SEED, trials=2)
+

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from _grading_helpers import SEED, each_mistake_is_named, fails, forbidden, not_attempted, passes, rejects_recorded_answers
-from conftest import stub
+from _grading_helpers import stub
 from course_utils import slm
 from course_utils import slm_quant as sq
 from course_utils.grading import slm as g

@@ -12,7 +12,7 @@ import torch
 import course_utils.training_memory as tm
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import training_memory as g
-from conftest import fails_with  # noqa: E402
+from _grading_helpers import fails_with  # noqa: E402
 from _grading_helpers import each_mistake_is_named, right_answers_pass  # noqa: E402
 
 
@@ -129,14 +129,14 @@ def test_a_hard_coded_answer_fails_on_fresh_inputs(key):
 
 SHORTCUTS = {
     "gqa": (lambda vocab, hidden, layers, heads, kv_heads, ffn, tied, qkv_bias: tm.count_parameters(
-        tm.TransformerShape(vocab, hidden, layers, heads, ffn, kv_heads, tied, qkv_bias=qkv_bias)), "count_parameters"),
+        tm.TransformerShape(vocab, hidden, layers, heads, ffn, kv_heads, tied, qkv_bias=qkv_bias)), "TransformerShape.__init__"),
     "adam": (lambda n, w, gr: sum(tm.model_state_bytes(n, tm.Recipe("x", w, gr, 0, 4 if w < 4 else 0, 8)).values()) / 2**30,
-             "model_state_bytes"),
+             "Recipe.__init__"),
     "act": (lambda s, b, h, a, t, sel: tm.activation_bytes_per_layer(s, b, h, a, t=t, recompute="selective" if sel else "none"),
             "activation_bytes_per_layer"),
     "zero2": (g._reference_zero2_bytes, "_reference_zero2_bytes"),
     "min_gpus": (g._reference_min_gpus, "_reference_min_gpus"),
-    "saved": (lambda module, x: _with_course_hook(module, x), "SavedTensorLog.pack"),
+    "saved": (lambda module, x: _with_course_hook(module, x), "training_memory.saved_tensors"),
 }
 
 
@@ -235,3 +235,19 @@ def test_llama_measuring_instead_of_predicting_is_forbidden():
 def test_llama_the_gpt2_table_or_a_hard_coded_answer_fails():
     fails(g.check_llama_mlp_saved_bytes, lambda t, h, f, b: 34 * t * h, "llama_mlp_saved_bytes")  # the lesson's 34sbh
     fails(g.check_llama_mlp_saved_bytes, lambda t, h, f, b: 45140, "llama_mlp_saved_bytes")
+
+
+def test_llama_a_lesson_calculator_after_a_rearrangement_is_refused():
+    """The old list named only the grading reference; wired, the whole course_utils.training_memory* lesson is refused."""
+    import course_utils.training_memory_llama as tml
+
+    calculator = vars(tml)["activation_bytes_" + "llama"]  # reached by lookup: the callee's module is what counts
+
+    def via_lesson(tokens, hidden, ffn, dtype_bytes):
+        calculator(tokens, 1, hidden, ffn, 1)
+        return llama_ok(tokens, hidden, ffn, dtype_bytes)
+
+    with pytest.raises(ForbiddenCall) as info:
+        g.check_llama_mlp_saved_bytes(via_lesson, seed=SEED, trials=2)
+    assert "course_utils.training_memory_llama.activation_bytes_llama" in str(info.value)
+    assert "\n" not in str(info.value)

@@ -8,12 +8,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import stub  # noqa: E402
-from _grading_helpers import SWEEP_SEEDS, forbidden_call as forbidden, replayed_answer_fails as hard_coded, sweep_named as named, sweep_passes as passes  # noqa: E402,E501
+from _grading_helpers import stub  # noqa: E402
+from _grading_helpers import SWEEP_SEEDS, forbidden_call, pasted, replayed_answer_fails, sweep_named, sweep_passes  # noqa: E402,E501
 from course_utils import upsampling as up
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import upsampling as grading
 from course_utils.grading import upsampling_transposed as transposed
+
+gp, tp = pasted(grading), pasted(transposed)  # the references' helpers, pasted as a learner would
 
 SEEDS = SWEEP_SEEDS
 
@@ -59,17 +61,17 @@ def _interpolation_matrix_loops(n, m, ac):  # right, written as loops with a hat
 
 def test_check_interpolation_matrix():
     check = grading.check_interpolation_matrix
-    passes(check, _interpolation_matrix, trials=10)
-    passes(check, _interpolation_matrix_loops)
+    sweep_passes(check, _interpolation_matrix, trials=10)
+    sweep_passes(check, _interpolation_matrix_loops)
     with pytest.raises(NotAttempted):
         check(stub)
-    named(check, lambda n, m, ac: _interpolation_matrix(n, m, not ac), "other align_corners rule")
-    named(check, lambda n, m, ac: grading._interp_from_positions(
+    sweep_named(check, lambda n, m, ac: _interpolation_matrix(n, m, not ac), "other align_corners rule")
+    sweep_named(check, lambda n, m, ac: gp._interp_from_positions(
         _positions(m, n, True) if ac else np.arange(m) * n / m, n, m), "half-pixel offset")
-    named(check, _no_clamp, "clamped to 0")
-    named(check, lambda n, m, ac: grading._swapped_weights(_positions(m, n, ac), n, m), "weights are swapped")
-    named(check, lambda n, m, ac: _interpolation_matrix(n, m, ac).T, "shape")
-    named(check, lambda n, m, ac: np.eye(n)[np.minimum(np.arange(m) * n // m, n - 1)], "nearest-neighbour")
+    sweep_named(check, _no_clamp, "clamped to 0")
+    sweep_named(check, lambda n, m, ac: gp._swapped_weights(_positions(m, n, ac), n, m), "weights are swapped")
+    sweep_named(check, lambda n, m, ac: _interpolation_matrix(n, m, ac).T, "shape")
+    sweep_named(check, lambda n, m, ac: np.eye(n)[np.minimum(np.arange(m) * n // m, n - 1)], "nearest-neighbour")
 
     def no_single_pixel_case(n, m, ac):  # divides by m - 1 even when the output has one pixel
         if ac and m == 1:
@@ -83,10 +85,10 @@ def test_check_interpolation_matrix():
         return F.interpolate(torch.eye(n, dtype=torch.float64)[None], size=m, mode="linear",
                              align_corners=ac)[0].T.numpy()
 
-    forbidden(check, by_interpolate, "interpolate")
-    forbidden(check, lambda n, m, ac: grading._interp_from_positions(up.source_positions(m, n, ac), n, m),
+    forbidden_call(check, by_interpolate, "interpolate")
+    forbidden_call(check, lambda n, m, ac: grading._interp_from_positions(up.source_positions(m, n, ac), n, m),
               "course_utils.upsampling.source_positions")
-    hard_coded(check, _interpolation_matrix)
+    replayed_answer_fails(check, _interpolation_matrix)
 
 
 # ---------------------------------------------------------------- exercise 2: output padding
@@ -105,23 +107,23 @@ def test_output_padding_for_restores_the_size_through_torch():
 
 def test_check_output_padding_for():
     check = grading.check_output_padding_for
-    passes(check, _output_padding, trials=16)
-    passes(check, lambda n, k, s, p, d: n - up.conv_transpose_output_size((n + 2 * p - d * (k - 1) - 1) // s + 1,
+    sweep_passes(check, _output_padding, trials=16)
+    sweep_passes(check, lambda n, k, s, p, d: n - up.conv_transpose_output_size((n + 2 * p - d * (k - 1) - 1) // s + 1,
                                                                           k, s, p, 0, d))  # via eq. (6)
     with pytest.raises(NotAttempted):
         check(stub)
-    named(check, lambda n, k, s, p, d: 0, "ignores the rows")
-    named(check, lambda n, k, s, p, d: s - 1, "largest allowed")
-    named(check, lambda n, k, s, p, d: (n + 2 * p - (k - 1) - 1) % s, "dilation")
-    named(check, lambda n, k, s, p, d: (n - d * (k - 1) - 1) % s, "n + 2p")
-    named(check, lambda n, k, s, p, d: -1, "expected")
+    sweep_named(check, lambda n, k, s, p, d: 0, "ignores the rows")
+    sweep_named(check, lambda n, k, s, p, d: s - 1, "largest allowed")
+    sweep_named(check, lambda n, k, s, p, d: (n + 2 * p - (k - 1) - 1) % s, "dilation")
+    sweep_named(check, lambda n, k, s, p, d: (n - d * (k - 1) - 1) % s, "n + 2p")
+    sweep_named(check, lambda n, k, s, p, d: -1, "expected")
 
     def measured(n, k, s, p, d):
         y = F.conv2d(torch.zeros(1, 1, n, n), torch.zeros(1, 1, k, k), stride=s, padding=p, dilation=d)
         return n - F.conv_transpose2d(y, torch.zeros(1, 1, k, k), stride=s, padding=p, dilation=d).shape[-1]
 
-    forbidden(check, measured, "conv")
-    hard_coded(check, _output_padding)
+    forbidden_call(check, measured, "conv")
+    replayed_answer_fails(check, _output_padding)
 
 
 # ---------------------------------------------------------------- exercise 3: zero insertion
@@ -146,21 +148,21 @@ def _zero_insertion_dilated(x, w, stride, padding, output_padding):  # right: co
 
 def test_check_conv_transpose_by_zero_insertion():
     check = grading.check_conv_transpose_by_zero_insertion
-    passes(check, _zero_insertion, trials=8)
-    passes(check, _zero_insertion_dilated)
+    sweep_passes(check, _zero_insertion, trials=8)
+    sweep_passes(check, _zero_insertion_dilated)
     with pytest.raises(NotAttempted):
         check(stub)
-    named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, flip=False), "not flipped")
-    named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, swap=False), "channel axes are not swapped")
-    named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, use_op=False), "output_padding is ignored")
-    named(check, lambda x, w, s, p, op: transposed._zi_conv(x, w, s, p, op, pad=p), "k - 1 - p")
-    named(check, transposed._zeros_after, "BETWEEN input pixels")
-    named(check, lambda x, w, s, p, op: _zero_insertion(x, w, s, p, op).float(), "dtype")
-    forbidden(check, lambda x, w, s, p, op: F.conv_transpose2d(x, w, stride=s, padding=p, output_padding=op),
+    sweep_named(check, lambda x, w, s, p, op: tp._zi_conv(x, w, s, p, op, flip=False), "not flipped")
+    sweep_named(check, lambda x, w, s, p, op: tp._zi_conv(x, w, s, p, op, swap=False), "channel axes are not swapped")
+    sweep_named(check, lambda x, w, s, p, op: tp._zi_conv(x, w, s, p, op, use_op=False), "output_padding is ignored")
+    sweep_named(check, lambda x, w, s, p, op: tp._zi_conv(x, w, s, p, op, pad=p), "k - 1 - p")
+    sweep_named(check, tp._zeros_after, "BETWEEN input pixels")
+    sweep_named(check, lambda x, w, s, p, op: _zero_insertion(x, w, s, p, op).float(), "dtype")
+    forbidden_call(check, lambda x, w, s, p, op: F.conv_transpose2d(x, w, stride=s, padding=p, output_padding=op),
               "conv_transpose2d")
-    forbidden(check, lambda x, w, s, p, op: up.conv_transpose2d_fold(x, w, s, p, op),
+    forbidden_call(check, lambda x, w, s, p, op: up.conv_transpose2d_fold(x, w, s, p, op),
               "course_utils.upsampling.conv_transpose2d_fold")
-    hard_coded(check, _zero_insertion)
+    replayed_answer_fails(check, _zero_insertion)
 
 
 # ---------------------------------------------------------------- exercise 4: pixel unshuffle
@@ -177,8 +179,8 @@ def _unshuffle_slices(x, r):  # right, written with strided slices and a stack
 
 def test_check_pixel_unshuffle():
     check = grading.check_pixel_unshuffle
-    passes(check, _unshuffle, trials=8)
-    passes(check, _unshuffle_slices)
+    sweep_passes(check, _unshuffle, trials=8)
+    sweep_passes(check, _unshuffle_slices)
     with pytest.raises(NotAttempted):
         check(stub)
 
@@ -194,15 +196,15 @@ def test_check_pixel_unshuffle():
         n, c, hr, wr = x.shape
         return x.reshape(n, c, r, hr // r, r, wr // r).permute(0, 1, 2, 4, 3, 5).reshape(n, c * r * r, hr // r, wr // r)
 
-    named(check, channel_last, "channel order")
-    named(check, ij_swapped, "swapped")
-    named(check, lambda x, r: x.reshape(x.shape[0], -1, x.shape[2] // r, x.shape[3] // r), "reshape alone")
-    named(check, blocks, "instead of (H, r)")
-    forbidden(check, lambda x, r: F.pixel_unshuffle(x, r), "pixel_unshuffle")
-    forbidden(check, lambda x, r: F.unfold(x, r, stride=r).reshape(x.shape[0], -1, x.shape[2] // r, x.shape[3] // r),
+    sweep_named(check, channel_last, "channel order")
+    sweep_named(check, ij_swapped, "swapped")
+    sweep_named(check, lambda x, r: x.reshape(x.shape[0], -1, x.shape[2] // r, x.shape[3] // r), "reshape alone")
+    sweep_named(check, blocks, "instead of (H, r)")
+    forbidden_call(check, lambda x, r: F.pixel_unshuffle(x, r), "pixel_unshuffle")
+    forbidden_call(check, lambda x, r: F.unfold(x, r, stride=r).reshape(x.shape[0], -1, x.shape[2] // r, x.shape[3] // r),
               "unfold")
-    forbidden(check, lambda x, r: torch.nn.PixelUnshuffle(r)(x), "pixel_unshuffle")
-    hard_coded(check, _unshuffle)
+    forbidden_call(check, lambda x, r: torch.nn.PixelUnshuffle(r)(x), "pixel_unshuffle")
+    replayed_answer_fails(check, _unshuffle)
 
 
 # ---------------------------------------------------------------- exercise 5: overlap counts
@@ -226,26 +228,26 @@ def _counts_closed_form(h, w, k, s, p):  # right, written as a count of taps per
 
 def test_check_overlap_counts():
     check = grading.check_overlap_counts
-    passes(check, _counts, trials=10)
-    passes(check, _counts_closed_form)
+    sweep_passes(check, _counts, trials=10)
+    sweep_passes(check, _counts_closed_form)
     with pytest.raises(NotAttempted):
         check(stub)
-    named(check, lambda h, w, k, s, p: _counts(h, w, k, s, 0), "did not crop")
+    sweep_named(check, lambda h, w, k, s, p: _counts(h, w, k, s, 0), "did not crop")
 
     def crop_end(h, w, k, s, p):
         full = _counts(h, w, k, s, 0)
         return full[: full.shape[0] - 2 * p, : full.shape[1] - 2 * p]
 
-    named(check, crop_end, "from the end only")
-    named(check, lambda h, w, k, s, p: _counts(h, 1, k, s, p)[:, :1] + _counts(1, w, k, s, p)[:1, :], "PRODUCT")
-    named(check, lambda h, w, k, s, p: _counts(h, w, k, s, p).astype(np.float64), "dtype")
+    sweep_named(check, crop_end, "from the end only")
+    sweep_named(check, lambda h, w, k, s, p: _counts(h, 1, k, s, p)[:, :1] + _counts(1, w, k, s, p)[:1, :], "PRODUCT")
+    sweep_named(check, lambda h, w, k, s, p: _counts(h, w, k, s, p).astype(np.float64), "dtype")
 
     def by_conv(h, w, k, s, p):
         ones = F.conv_transpose2d(torch.ones(1, 1, h, w), torch.ones(1, 1, k, k), stride=s, padding=p)
         return ones[0, 0].round().long().numpy()
 
-    forbidden(check, by_conv, "conv_transpose2d")
-    hard_coded(check, _counts)
+    forbidden_call(check, by_conv, "conv_transpose2d")
+    replayed_answer_fails(check, _counts)
 
 
 def test_overlap_counts_reference_equals_conv_transpose_of_ones():
@@ -276,26 +278,26 @@ def _subpixel_loops(kern, r):  # right, written as loops over taps and sub-pixel
 
 def test_check_subpixel_weight():
     check = grading.check_subpixel_weight
-    passes(check, _subpixel, trials=6)
-    passes(check, _subpixel_loops)
+    sweep_passes(check, _subpixel, trials=6)
+    sweep_passes(check, _subpixel_loops)
     with pytest.raises(NotAttempted):
         check(stub)
-    named(check, lambda k, r: _subpixel(k.flip(-1, -2), r), "not flipped")
-    named(check, lambda k, r: _subpixel(k, r).transpose(0, 1), "channel axes are swapped")
+    sweep_named(check, lambda k, r: _subpixel(k.flip(-1, -2), r), "not flipped")
+    sweep_named(check, lambda k, r: _subpixel(k, r).transpose(0, 1), "channel axes are swapped")
 
     def ij_swapped(kern, r):
         crr, c_in, k, _ = kern.shape
         w = kern.reshape(crr // (r * r), r, r, c_in, k, k).flip(-1, -2).permute(3, 0, 4, 2, 5, 1)
         return w.reshape(c_in, crr // (r * r), k * r, k * r)
 
-    named(check, ij_swapped, "sub-pixel offsets are swapped")
+    sweep_named(check, ij_swapped, "sub-pixel offsets are swapped")
 
     def block_layout(kern, r):
         crr, c_in, k, _ = kern.shape
         w = kern.reshape(crr // (r * r), r, r, c_in, k, k).flip(-1, -2).permute(3, 0, 1, 4, 2, 5)
         return w.reshape(c_in, crr // (r * r), k * r, k * r)
 
-    named(check, block_layout, "a'*r + i")
+    sweep_named(check, block_layout, "a'*r + i")
 
     def by_impulses(kern, r):  # the lesson's measurement: forbidden here
         k, c_in = kern.shape[-1], kern.shape[1]
@@ -308,5 +310,5 @@ def test_check_subpixel_weight():
             stamps[ci] = resp[:, lo:lo + k * r, lo:lo + k * r]
         return stamps
 
-    forbidden(check, by_impulses, "conv2d")
-    hard_coded(check, _subpixel)
+    forbidden_call(check, by_impulses, "conv2d")
+    replayed_answer_fails(check, _subpixel)

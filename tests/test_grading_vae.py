@@ -14,7 +14,7 @@ from torch.distributions import Normal, kl_divergence
 from course_utils import vae
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import vae as gv
-from conftest import stub, fails_with  # noqa: E402
+from _grading_helpers import stub, fails_with  # noqa: E402
 from _grading_helpers import each_mistake_is_named  # noqa: E402
 
 
@@ -107,7 +107,10 @@ def test_check_bernoulli_log_likelihood(capsys):
 
     fails_with(check, naive, "logsigmoid(-l)")
     fails_with(check, clamped, "logsigmoid(-l)")
-    fails_with(check, lambda x, l: F.binary_cross_entropy_with_logits(l, x, reduction="none").sum(-1), "cross-entropy")
+    fails_with(check, lambda x, l: -(x * F.logsigmoid(l) + (1 - x) * F.logsigmoid(-l)).sum(-1), "cross-entropy")
+    # torch's own cross-entropy computes the whole result: refused at the operator, whatever the sign
+    fails_with(check, lambda x, l: -F.binary_cross_entropy_with_logits(l, x, reduction="none").sum(-1),
+               "binary_cross_entropy_with_logits")
     fails_with(check, lambda x, l: bern_ok(x, l) / x.shape[-1], "averaged over the pixels")
     fails_with(check, lambda x, l: (x * F.logsigmoid(l)).sum(-1), "(1 - x) * log(1 - p)")
     fails_with(check, lambda x, l: bern_ok(x, torch.sigmoid(l)), "probabilities where logits")
@@ -235,7 +238,7 @@ COURSE_SHORTCUTS = {
     "kl": (lambda mq, lq, mp, lp: vae.diag_gaussian_kl(mq, lq, mp, lp), "diag_gaussian_kl"),
     "kl_mc": (lambda mq, lq, mp, lp, eps: (vae.gaussian_log_prob(vae.reparameterize(mq, lq, eps), mq, lq / 2)
                                            - vae.gaussian_log_prob(vae.reparameterize(mq, lq, eps), mp, lp / 2)).mean(0),
-              "gaussian_log_prob"),
+              "vae.reparameterize"),
     "gauss": (lambda x, m, ls: vae.gaussian_log_prob(x, m, ls), "gaussian_log_prob"),
     "bern": (lambda x, l: vae.bernoulli_log_prob(x, l), "bernoulli_log_prob"),
     "neg_elbo": (gv._reference_negative_elbo, "_reference_negative_elbo"),
@@ -277,7 +280,7 @@ def calibrated_ok(x, mean, mu, logvar):
 
 def calibrated_other(x, mean, mu, logvar):
     """Plug sigma* into the full Gaussian log-likelihood, term by term, without simplifying."""
-    log_sigma = 0.5 * torch.log(F.mse_loss(mean, x))
+    log_sigma = 0.5 * torch.log(torch.square(mean - x).mean())  # F.mse_loss is refused (aten::mse_loss)
     nll = (0.5 * ((x - mean) / log_sigma.exp()) ** 2 + log_sigma + 0.5 * math.log(2 * math.pi)).sum(-1)
     kl = (-0.5 * (1 + logvar - mu.pow(2) - logvar.exp())).sum(-1)
     return (kl + nll).sum() / x.shape[0]
@@ -320,3 +323,40 @@ def test_calibrated_shortcuts_are_forbidden():
     for fn in (with_course, with_nll_loss, lambda *a: gvc._reference_calibrated_negative_elbo(*a)):
         with pytest.raises(ForbiddenCall):
             gv.check_calibrated_negative_elbo(fn, seed=SEED, trials=2)
+
+
+# ---------------------------------------------------------------- BY_HAND_* wired: the operator-level watch
+def test_gaussian_nll_loss_under_an_alias_is_refused_and_the_right_answer_passes():
+    nll = F.gaussian_nll_loss  # held under another name: refused by identity, whatever the name
+
+    def via_library(x, mean, log_sigma):
+        var = (2 * log_sigma).exp().expand_as(x)
+        return -nll(mean, x, var, full=True, reduction="none").sum(-1)
+
+    fails(gv.check_gaussian_log_likelihood, via_library, "gaussian_nll_loss")
+    gv.check_gaussian_log_likelihood(gauss_ok, seed=SEED, trials=2)
+
+
+def test_negative_elbo_allows_the_named_lesson_helper_and_refuses_the_others():
+    def with_lesson_kl(x, mu, logvar, decode, eps):  # vae.diag_gaussian_kl is not among the prompt's allowed helpers
+        z = mu + (0.5 * logvar).exp() * eps
+        return (vae.diag_gaussian_kl(mu, logvar) - vae.bernoulli_log_prob(x, decode(z)).mean(0)).mean()
+
+    with pytest.raises(ForbiddenCall) as info:
+        gv.check_negative_elbo(with_lesson_kl, seed=SEED, trials=2)
+    assert "course_utils.vae.diag_gaussian_kl" in str(info.value) and "\n" not in str(info.value)
+
+    def with_allowed_bernoulli(x, mu, logvar, decode, eps):  # the prompt lets the learner call vae.bernoulli_log_prob
+        z = mu + (0.5 * logvar).exp() * eps
+        kl = 0.5 * (mu**2 + logvar.exp() - 1 - logvar).sum(-1)
+        return (kl - vae.bernoulli_log_prob(x, decode(z)).mean(0)).mean()
+
+    gv.check_negative_elbo(with_allowed_bernoulli, seed=SEED, trials=2)
+
+
+def test_calibrated_elbo_mse_loss_is_refused():
+    def via_mse(x, mean, mu, logvar):
+        kl = 0.5 * (torch.exp(logvar) + mu**2 - 1.0 - logvar).sum(-1)
+        return kl.mean() + 0.5 * x.shape[-1] * (1.0 + math.log(2 * math.pi) + torch.log(F.mse_loss(mean, x)))
+
+    fails(gvc.check_calibrated_negative_elbo, via_mse, "aten::mse_loss")

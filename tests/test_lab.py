@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from course_utils.paths import ROOT
 
 pytestmark = pytest.mark.slow
 

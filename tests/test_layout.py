@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ import course_utils
 
 PACKAGE = Path(course_utils.__file__).resolve().parent
 ROOT = PACKAGE.parent
-BOTTOM = {"errors", "paths"}
+BOTTOM = {"errors", "paths", "topics"}
 RUNTIME = {"env", "checks", "tolerances", "bench", "plotting", "progress", "gpu_compile", "gemm_compile", "provenance"}
 INFRASTRUCTURE = BOTTOM | RUNTIME
 RANK = {"bottom": 0, "runtime": 1, "topic": 2, "classroom": 3, "grading": 4, "devtools": 4, "cli": 5, "shim": 5}
@@ -169,3 +170,38 @@ def test_no_lesson_imports_the_classroom():
             source = "".join(cell["source"])
             if cell["cell_type"] == "code":
                 assert "course_utils.classroom" not in source and "course_utils.devtools" not in source, path.name
+
+
+SHIMS = {p.stem for p in (PACKAGE / "_shims").glob("*.py")} - {"__init__"}
+OLD_NAMES = {"checks": {"Mistake", "check_function", "check_value", "call_learner", "fresh_seed"},
+             "gemm_compile": {"compile_matrix", "attention_configs"}}
+
+
+def test_no_committed_notebook_imports_through_a_shim():
+    old_module = re.compile(r"\bcourse_utils\.(%s)\b|from course_utils import ([\w, ]+)" % "|".join(sorted(SHIMS)))
+    notebooks = sorted([*ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("solutions/*.ipynb"), *ROOT.glob("exercises/*.ipynb")])
+    found = []
+    for path in notebooks:
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            source = "".join(cell["source"])
+            for match in old_module.finditer(source):
+                names = {n.strip() for n in (match.group(2) or "").split(",")}
+                if match.group(1) or names & (SHIMS | _CLASSROOM_AT_TOP):
+                    found.append(f"{path.name}: {match.group(0)}")
+            for module, names in OLD_NAMES.items():
+                for name in names:
+                    if re.search(rf"\b{module}\.{name}\b|from course_utils\.{module} import [^\n]*\b{name}\b", source):
+                        found.append(f"{path.name}: {module}.{name}")
+    assert not found, f"notebooks import through an old path; use the new one (course_utils/_shims/): {found}"
+
+
+_CLASSROOM_AT_TOP = {"Mistake", "check_function", "check_value"}
+
+
+def test_no_test_file_imports_conftest():
+    """Shared test helpers live in modules of their own (_notebook_helpers, _grading_helpers); conftest only sets up."""
+    offenders = [p.name for p in sorted((ROOT / "tests").glob("*.py"))
+                 if re.search(r"^\s*(from conftest import|import conftest)", p.read_text(), re.M)]
+    assert not offenders, f"import helpers from _notebook_helpers/_grading_helpers, not conftest: {offenders}"

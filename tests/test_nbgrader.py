@@ -14,7 +14,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import ROOT, toy_problem_set
+from course_utils.paths import ROOT
+from _notebook_helpers import toy_problem_set
 
 pytestmark = pytest.mark.slow
 nbgrader_api = pytest.importorskip("nbgrader.api")

@@ -10,14 +10,11 @@ import re
 import nbformat
 import pytest
 
-from conftest import ROOT
+from course_utils.paths import ROOT
+from course_utils import topics
 from course_utils.grader import NOT_ATTEMPTED_ERRORS, grade_notebook
 
-SLUGS = [
-    "00_foundations", "01_floating_point", "02_mixed_precision", "03_convolution", "04_upsampling",
-    "05_gemm_triton", "06_flash_attention", "07_small_language_models", "08_training_memory",
-    "09_parallelism", "10_vae", "11_ddpm_ddim", "12_score_sde",
-]
+SLUGS = topics.slugs()  # course_utils/topics.py
 LESSONS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))

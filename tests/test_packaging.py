@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
+from course_utils.paths import ROOT
 
 
 def _name(requirement: str) -> str:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from course_utils.paths import ROOT
 from course_utils.devtools import portable
 
 TRITON_NOTEBOOKS = ["notebooks/03_convolution.ipynb", "notebooks/05_gemm_triton.ipynb", "notebooks/06_flash_attention.ipynb",

@@ -6,7 +6,7 @@ import re
 
 import matplotlib
 
-from conftest import ROOT
+from course_utils.paths import ROOT
 from course_utils import plotting
 from course_utils.progress import progress
 

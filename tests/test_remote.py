@@ -73,3 +73,24 @@ def test_a_write_past_a_view_comes_back_with_the_whole_storage():
     trees = [[p, w, remote.encode(v, arrays)] for p, w, v in changes]
     remote._write_back(trees, (mine_view,), {}, {f"a{i}": a for i, a in enumerate(arrays)}, None)
     assert torch.equal(mine, buffer)
+
+
+def test_a_by_hand_spec_travels_to_the_kernel_as_itself():
+    """call_learner hands the remote proxy a ByHand (not a list of names); the request carries it whole."""
+    import pickle
+
+    from course_utils.classroom.checking import call_learner
+    from course_utils.classroom.forbidden import ByHand
+
+    sent = {}
+
+    class Session:
+        def request(self, request):
+            sent.update(request)
+            return {"value": remote.encode(2.5, []), "hit": None, "mutated": []}, {}
+
+    spec = ByHand(ops=("@matmul",), modules=("course_utils.vae",), names=("torch.nn.functional.mse_loss",))
+    assert call_learner("f", remote.RemoteObject(Session(), name="f"), (1.0,), by_hand=spec) == 2.5
+    assert sent["forbidden"] == spec and pickle.loads(pickle.dumps(sent["forbidden"])) == spec
+    call_learner("f", remote.RemoteObject(Session(), name="f"), (1.0,), forbidden=["torch.nn.functional.mse_loss"])
+    assert sent["forbidden"].names == ("torch.nn.functional.mse_loss",)

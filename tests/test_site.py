@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from course_utils.paths import ROOT
 
 for _module in ("sphinx", "myst_nb", "sphinx_book_theme", "sphinx_copybutton", "jupyter_server_mathjax"):
     if importlib.util.find_spec(_module) is None:

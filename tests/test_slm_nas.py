@@ -48,7 +48,7 @@ def test_block_distillation_lowers_the_error_and_assembly_works():
     with torch.no_grad():
         torch.testing.assert_close(child(tokens[None, :20]), parent(tokens[None, :20]))
     small = nas.assemble(parent, blocks, ["no attention", "identity"])
-    assert slm.count_parameters(small) < slm.count_parameters(parent)
+    assert slm.count_module_parameters(small) < slm.count_module_parameters(parent)
     tuned = nas.global_distill(small, parent, tokens, steps=5, batch=2, seq_len=16)
     assert st.eval_loss(tuned, tokens, batch=2, seq_len=16, n_batches=1) < 10
 

@@ -4,6 +4,11 @@ Used by ``make grade NB=...``, by ``grade-class`` (:mod:`course_utils.gradebook`
 (solutions grade full marks, untouched exercises grade zero, attacks score zero) and by instructors
 who do not run nbgrader.
 
+**The learner's kernel is sandboxed** (:mod:`course_utils.classroom.sandbox`, bubblewrap): it sees its own
+notebook and a copy of the course without ``solutions/`` and without the grading references, no other
+submission, no network, and nothing it writes outlives it. Without bubblewrap, grading refuses unless
+``sandbox=False`` (``--no-sandbox``) is given.
+
 **The verdict is taken where the learner's code cannot reach.** The learner's notebook runs in a
 fresh Jupyter kernel, in its own folder, with a time limit per cell; the file itself is never written.
 Its graded cells are *not* run there. For each graded cell of the course's pristine copy of the
@@ -31,34 +36,37 @@ not a notebook, nothing to grade, no pristine copy), 3 the notebook could not be
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
 from ..paths import ROOT
 from .assignments import exercise_name, is_graded, nbgrader_meta
+from .notebooks import GradingInputError, error_of, number, one_line, read_notebook
 from .pristine import KernelSession, preamble_namespace, run_check, tampered
 
-__all__ = ["GradingInputError", "KernelStartError", "ExerciseResult", "GradeReport", "NOT_ATTEMPTED_ERRORS", "FAILED_ERRORS", "EXIT_FULL", "EXIT_PARTIAL", "EXIT_BAD_INPUT", "EXIT_NO_KERNEL", "read_notebook", "find_pristine", "grade_notebook", "write_json"]
+__all__ = ["GradingInputError", "KernelStartError", "SandboxUnavailableError", "DEFAULT_CELL_TIMEOUT", "cell_name", "ExerciseResult", "GradeReport", "NOT_ATTEMPTED_ERRORS", "FAILED_ERRORS", "EXIT_FULL", "EXIT_PARTIAL", "EXIT_BAD_INPUT", "EXIT_NO_KERNEL", "read_notebook", "find_pristine", "grade_notebook", "write_json"]
 
 EXIT_FULL, EXIT_PARTIAL, EXIT_BAD_INPUT, EXIT_NO_KERNEL = 0, 1, 2, 3
 NOT_ATTEMPTED_ERRORS = {"NotAttempted", "NotImplementedError"}
 FAILED_ERRORS = {"CheckFailed", "AssertionError", "ForbiddenCall"}
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class GradingInputError(ValueError):
-    """The input cannot be graded (missing, not a notebook, no graded cells)."""
 
 
 class KernelStartError(RuntimeError):
     """No kernel could be started to execute the notebook."""
+
+
+class SandboxUnavailableError(KernelStartError):
+    """Grading with isolation was asked for (the default) and no bubblewrap sandbox can be made here."""
+
+
+DEFAULT_CELL_TIMEOUT = 60  # seconds per cell, for ``grade`` and ``grade-class`` alike
 
 
 @dataclass
@@ -103,46 +111,15 @@ class GradeReport:
         }
 
     def table(self) -> str:
-        rows = [(e.name, f"{_num(e.points)}/{_num(e.max_points)}", e.status, e.hint) for e in self.exercises]
+        rows = [(e.name, f"{number(e.points)}/{number(e.max_points)}", e.status, e.hint) for e in self.exercises]
         width = max([len("exercise")] + [len(r[0]) for r in rows]) + 2
-        lines = [f"Grading {self.notebook} (cell time limit {_num(self.cell_timeout)} s)"]
+        lines = [f"Grading {self.notebook} (cell time limit {number(self.cell_timeout)} s)"]
         lines.append(f"{'exercise':<{width}}{'points':<9}{'status':<15}hint")
         for name, pts, status, hint in rows:
             short = hint if len(hint) <= 110 else hint[:107] + "..."
             lines.append(f"{name:<{width}}{pts:<9}{status:<15}{short}")
-        lines.append(f"{'total':<{width}}{_num(self.total)}/{_num(self.max_total)}")
+        lines.append(f"{'total':<{width}}{number(self.total)}/{number(self.max_total)}")
         return "\n".join(lines)
-
-
-def _num(x: float) -> str:
-    return f"{x:g}"
-
-
-def read_notebook(path: Path):
-    """Read a notebook or raise :class:`GradingInputError` with a one-line reason."""
-    path = Path(path)
-    if not path.exists():
-        raise GradingInputError(f"{path}: no such file; check the path.")
-    if path.is_dir():
-        raise GradingInputError(f"{path}: is a folder; pass one .ipynb file.")
-    try:
-        nb = nbformat.read(path, as_version=4)
-    except Exception as exc:  # JSON errors, schema errors, binary files...
-        raise GradingInputError(f"{path}: not a Jupyter notebook ({type(exc).__name__}); pass an .ipynb file.") from None
-    if not isinstance(nb, dict) or "cells" not in nb:
-        raise GradingInputError(f"{path}: not a Jupyter notebook (no cells); pass an .ipynb file.")
-    return nb
-
-
-def _error_of(cell) -> tuple[str, str] | None:
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "error":
-            return output.get("ename", ""), _ANSI.sub("", output.get("evalue", ""))
-    return None
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def find_pristine(path: Path, nb) -> Path:
@@ -162,35 +139,63 @@ def find_pristine(path: Path, nb) -> Path:
     return best
 
 
-def _cells_status(cells, timed_out: set[int], dead_at: int | None, graded_index: int, cell_timeout: float):
+def cell_name(cell) -> str:
+    """A cell as a learner finds it in Jupyter: by its first line (Jupyter shows no cell indexes)."""
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+    first = first if len(first) <= 50 else first[:47] + "..."
+    return f'the cell that starts "{first}"' if first else "an empty cell"
+
+
+def _cells_status(cells, timed_out: set[int], dead_at: int | None, graded_index: int, cell_timeout: float, nb=None):
     """A learner cell of the exercise that timed out or killed the kernel decides the status."""
-    for index, _cell in cells:
+    for index, cell in cells:
         if index in timed_out:
-            return "timed out", f"cell {index} ran longer than {_num(cell_timeout)} s and was interrupted; look for an endless loop."
+            return "timed out", f"{cell_name(cell)} ran longer than {number(cell_timeout)} s and was interrupted; look for an endless loop."
     if dead_at is not None and dead_at <= graded_index:
-        return "error", f"the kernel died or stopped answering while running cell {dead_at} (a crash, running out of memory, or a loop that ignores interrupts)."
+        where = cell_name(nb.cells[dead_at]) if nb is not None else "a cell"
+        return "error", (f"the kernel died or stopped answering while running {where} (a crash, running out of memory, "
+                         "or a loop that ignores interrupts).")
     return None
 
 
 def _earlier_error(cells) -> tuple[str, str] | None:
-    for index, cell in cells:
-        error = _error_of(cell)
+    for _index, cell in cells:
+        error = error_of(cell)
         if error is not None:
             ename, evalue = error
             if ename in NOT_ATTEMPTED_ERRORS:
-                return "not attempted", _one_line(evalue) or "not attempted yet."
-            return "error", _one_line(f"cell {index} raised {ename}: {evalue}")
+                return "not attempted", one_line(evalue) or "not attempted yet."
+            return "error", one_line(f"{cell_name(cell)} raised {ename}: {evalue}")
     return None
 
 
-def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: str = "python3", startup_timeout: float = 60,
-                   pristine: Path | str | None = None) -> GradeReport:
-    """Execute a copy of the notebook at ``path`` and grade each exercise against the pristine checks."""
-    from jupyter_client.kernelspec import NoSuchKernel
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
+@dataclass
+class _Submission:
+    """A learner's notebook lined up against the pristine problem set it answers."""
 
-    path = Path(path)
+    nb: Any                                   # the learner's notebook, outputs cleared
+    reference: Any                            # the pristine solution notebook
+    graded: list                              # its graded code cells, in order
+    graded_ids: set[str]
+    submitted: dict[str, tuple[int, Any]]     # grade_id -> (index, cell) of the learner's copy of each
+
+    def is_graded(self, cell) -> bool:
+        return nbgrader_meta(cell).get("grade_id") in self.graded_ids
+
+    def span(self, grade_id: str, cursor: int) -> tuple[int, int]:
+        """Where the learner's cells of an exercise stop (its graded cell), and where the next exercise's start.
+
+        A deleted graded cell: the learner's cells up to the next graded cell that is still there."""
+        if grade_id in self.submitted:
+            stop = self.submitted[grade_id][0]
+            return stop, stop + 1
+        later = sorted(i for i, _cell in self.submitted.values() if i >= cursor)
+        stop = later[0] if later else len(self.nb.cells)
+        return stop, stop
+
+
+def _line_up(path: Path, pristine: Path | str | None) -> _Submission:
+    """Step 1: read the submission and its pristine problem set; clear the submission's stale outputs."""
     nb = read_notebook(path)
     pristine_path = Path(pristine) if pristine is not None else find_pristine(path, nb)
     reference = read_notebook(pristine_path)
@@ -202,8 +207,14 @@ def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: 
     for cell in nb.cells:  # grade what the learner's code does now, not stale outputs
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
+    return _Submission(nb, reference, graded, graded_ids, submitted)
 
-    client = NotebookClient(
+
+def _client(nb, path: Path, cell_timeout: float, startup_timeout: float, kernel_name: str):
+    """Step 2: the notebook client that runs the learner's cells in a fresh kernel, interrupting endless cells."""
+    from nbclient import NotebookClient
+
+    return NotebookClient(
         nb,
         timeout=cell_timeout,
         startup_timeout=startup_timeout,
@@ -213,77 +224,137 @@ def grade_notebook(path: Path | str, *, cell_timeout: float = 120, kernel_name: 
         error_on_timeout={"ename": "CellTimeout", "evalue": f"cell ran past {cell_timeout} s", "traceback": []},
         resources={"metadata": {"path": str(path.resolve().parent)}},
     )
+
+
+class _Execution:
+    """Step 3: the learner's cells running in the kernel; remembers which timed out and where the kernel died."""
+
+    def __init__(self, client, session: KernelSession, cell_timeout: float):
+        self.client, self.session, self.cell_timeout = client, session, cell_timeout
+        self.timed_out: set[int] = set()
+        self.dead_at: int | None = None
+
+    def run_learner_cells(self, sub: _Submission, start: int, stop: int) -> list[tuple[int, Any]]:
+        """Run the learner's code cells in ``[start, stop)`` (graded cells excepted) until the kernel dies."""
+        from nbclient.exceptions import DeadKernelError
+
+        cells = []
+        for index in range(start, stop):
+            cell = sub.nb.cells[index]
+            if cell.cell_type != "code" or sub.is_graded(cell) or self.dead_at is not None:
+                continue
+            tick = time.monotonic()
+            try:
+                self.client.execute_cell(cell, index)
+            except DeadKernelError:
+                self.dead_at, self.session.dead = index, True
+            if time.monotonic() - tick >= self.cell_timeout:
+                self.timed_out.add(index)
+                if not self.session.resync():
+                    self.dead_at, self.session.dead = index, True
+            cells.append((index, cell))
+        return cells
+
+
+def _verdict(check, sub: _Submission, cells, run: _Execution, stop: int, preamble: dict) -> tuple[str, str]:
+    """Step 4: one exercise's status and hint: tampered, timed out or dead, else what the pristine check says."""
+    grade_id = nbgrader_meta(check)["grade_id"]
+    problem = tampered(check, sub.submitted.get(grade_id, (None, None))[1])
+    if problem:
+        return "tampered", problem
+    status_hint = _cells_status(cells, run.timed_out, run.dead_at, stop, run.cell_timeout, sub.nb)
+    if status_hint is not None and status_hint[0] == "timed out" and not run.session.dead:
+        # what ran before the hang (a correct function, then an endless loop) is still graded
+        checked = run_check(check.source, preamble, run.session)
+        if checked[0] == "passed":
+            return "passed", f"passed with what ran before the interruption; {status_hint[1]}"
+    if status_hint is not None:
+        return status_hint
+    status_hint = run_check(check.source, preamble, run.session)
+    if status_hint[0] == "error":  # a check that cannot run: the learner's own cell that failed says more
+        return _earlier_error(cells) or status_hint
+    return status_hint
+
+
+def _record(report: GradeReport, check, status: str, hint: str, stop: int) -> None:
+    """Step 5: the exercise's line of the report, and its entry among the report's errors when it did not pass."""
+    meta = nbgrader_meta(check)
+    max_points = float(meta.get("points", 0))
+    report.exercises.append(ExerciseResult(
+        name=exercise_name(meta["grade_id"]), grade_id=meta["grade_id"], points=max_points if status == "passed" else 0.0,
+        max_points=max_points, status=status, hint=hint))
+    if status != "passed":
+        ename = {"not attempted": "NotAttempted", "failed": "CheckFailed", "tampered": "Tampered",
+                 "timed out": "Timeout"}.get(status, "Error")
+        report.cell_errors.append({"cell": stop, "ename": ename, "evalue": hint[:300], "check": meta["grade_id"]})
+
+
+def grade_notebook(path: Path | str, *, cell_timeout: float = DEFAULT_CELL_TIMEOUT, kernel_name: str = "python3",
+                   startup_timeout: float = 60, pristine: Path | str | None = None, sandbox: bool | None = None,
+                   course: Path | str | None = None, limits=None, progress=None) -> GradeReport:
+    """Execute a copy of the notebook at ``path`` and grade each exercise against the pristine checks.
+
+    ``sandbox=True`` (the default, unless the environment sets ``L2K_NO_SANDBOX=1``) runs the learner's kernel
+    in a bubblewrap sandbox (see :mod:`course_utils.classroom.sandbox`) and raises
+    :class:`SandboxUnavailableError` where none can be made; ``course`` is a prepared
+    :func:`~course_utils.classroom.sandbox.course_copy` to reuse. ``progress(result)`` is called after each exercise.
+
+    Per exercise: run the learner's cells that precede its graded cell, then judge it (:func:`_verdict`) with the
+    pristine check running here against the learner's kernel. Cells after the last exercise still run, so that
+    their errors are reported too.
+    """
+    from jupyter_client.kernelspec import NoSuchKernel
+
+    from . import sandbox as box
+
+    if sandbox is None:
+        sandbox = box.sandbox_wanted()
+    path = Path(path)
+    sub = _line_up(path, pristine)
+    client = _client(sub.nb, path, cell_timeout, startup_timeout, kernel_name)
     report = GradeReport(notebook=str(path), cell_timeout=cell_timeout)
-    timed_out: set[int] = set()
-    dead_at: int | None = None
     started = time.monotonic()
+    if sandbox and box.sandbox_problem():
+        raise SandboxUnavailableError(box.sandbox_problem())
     workdir = Path(tempfile.mkdtemp(prefix="l2k-grade-"))
-    preamble = preamble_namespace(reference)
-    # the learner's cells of each exercise: those after the previous graded cell, in the submission's order
-    positions = sorted((i, gid) for gid, (i, _c) in submitted.items())
+    own_course = None
+    if sandbox:
+        if course is None:
+            course = own_course = box.course_copy(workdir.with_name(workdir.name + "-course"))
+        code_cells = sum(c.cell_type == "code" for c in sub.nb.cells)
+        limits = limits or box.Limits(cpu_seconds=int(cell_timeout * (code_cells + len(sub.graded)) + 300))
+        client.km = box.SandboxedKernelManager(course=Path(course), notebook=path.resolve(), shared=workdir, limits=limits,
+                                               kernel_name=kernel_name)
+    preamble = preamble_namespace(sub.reference)
+    run: _Execution | None = None
     try:
-        with client.setup_kernel(stderr=subprocess.DEVNULL):  # kernel log lines are noise to a learner
-            session = KernelSession(client, cell_timeout, workdir)
+        with client.setup_kernel(stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL):  # kernel log lines are noise
+            run = _Execution(client, KernelSession(client, cell_timeout, workdir, sandboxed=sandbox), cell_timeout)
+            run.session.warm_up(max(startup_timeout, cell_timeout))  # the grader's own imports do not count against a cell
             cursor = 0
-            for check in graded:
-                meta = nbgrader_meta(check)
-                grade_id = meta["grade_id"]
-                stop = submitted[grade_id][0] if grade_id in submitted else None
-                if stop is None:  # a deleted graded cell: run the learner's cells up to the next graded one
-                    later = [i for i, _g in positions if i >= cursor]
-                    stop = later[0] if later else len(nb.cells)
-                cells = []
-                for index in range(cursor, stop):
-                    cell = nb.cells[index]
-                    if cell.cell_type != "code" or nbgrader_meta(cell).get("grade_id") in graded_ids or dead_at is not None:
-                        continue
-                    tick = time.monotonic()
-                    try:
-                        client.execute_cell(cell, index)
-                    except DeadKernelError:
-                        dead_at = index
-                        session.dead = True
-                    if time.monotonic() - tick >= cell_timeout:
-                        timed_out.add(index)
-                        if not session.resync():
-                            dead_at, session.dead = index, True
-                    cells.append((index, cell))
-                cursor = stop + 1 if grade_id in submitted else stop
-                max_points = float(meta.get("points", 0))
-                verdict = tampered(check, submitted.get(grade_id, (None, None))[1])
-                status_hint = ("tampered", verdict) if verdict else _cells_status(cells, timed_out, dead_at, stop, cell_timeout)
-                if status_hint is None:
-                    status_hint = run_check(check.source, preamble, session)
-                    if status_hint[0] == "error" and _earlier_error(cells):
-                        status_hint = _earlier_error(cells)
-                status, hint = status_hint
-                report.exercises.append(ExerciseResult(
-                    name=exercise_name(grade_id), grade_id=grade_id, points=max_points if status == "passed" else 0.0,
-                    max_points=max_points, status=status, hint=hint))
-                if status != "passed":
-                    ename = {"not attempted": "NotAttempted", "failed": "CheckFailed", "tampered": "Tampered",
-                             "timed out": "Timeout"}.get(status, "Error")
-                    report.cell_errors.append({"cell": stop, "ename": ename, "evalue": hint[:300], "check": grade_id})
-            for index in range(cursor, len(nb.cells)):  # what follows the last exercise still runs
-                cell = nb.cells[index]
-                if cell.cell_type == "code" and dead_at is None and nbgrader_meta(cell).get("grade_id") not in graded_ids:
-                    try:
-                        client.execute_cell(cell, index)
-                    except DeadKernelError:
-                        dead_at = index
+            for check in sub.graded:
+                stop, next_cursor = sub.span(nbgrader_meta(check)["grade_id"], cursor)
+                cells = run.run_learner_cells(sub, cursor, stop)
+                cursor = next_cursor
+                _record(report, check, *_verdict(check, sub, cells, run, stop, preamble), stop)
+                if progress is not None:
+                    progress(report.exercises[-1])
+            run.run_learner_cells(sub, cursor, len(sub.nb.cells))  # what follows the last exercise still runs
     except NoSuchKernel:
         raise KernelStartError(f"no Jupyter kernel named {kernel_name!r}; install ipykernel in this environment.") from None
     except RuntimeError as exc:
-        if dead_at is None and "kernel" in str(exc).lower():
-            raise KernelStartError(f"the kernel could not start: {_one_line(str(exc))[:200]}") from None
+        if (run is None or run.dead_at is None) and "kernel" in str(exc).lower():
+            raise KernelStartError(f"the kernel could not start: {one_line(str(exc))[:200]}") from None
         raise
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        if own_course is not None:
+            shutil.rmtree(own_course, ignore_errors=True)
     report.seconds = time.monotonic() - started
-    for index, cell in enumerate(nb.cells):
-        error = _error_of(cell) if cell.cell_type == "code" else None
+    for index, cell in enumerate(sub.nb.cells):
+        error = error_of(cell) if cell.cell_type == "code" else None
         if error is not None:
-            report.cell_errors.append({"cell": index, "ename": error[0], "evalue": _one_line(error[1])[:300]})
+            report.cell_errors.append({"cell": index, "ename": error[0], "evalue": one_line(error[1])[:300]})
     return report
 
 

@@ -19,29 +19,9 @@ from pathlib import Path
 import nbformat
 
 from .assignments import BEGIN_HIDDEN, END_HIDDEN, _strip_regions, is_graded, is_solution
+from .notebooks import error_of, normalized_source, number, one_line
 
 __all__ = ["KernelSession", "tampered", "preamble_namespace", "run_check"]
-
-
-def _num(x: float) -> str:
-    return f"{x:g}"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _error_of(cell) -> tuple[str, str] | None:
-    import re
-
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "error":
-            return output.get("ename", ""), re.sub(r"\x1b\[[0-9;]*m", "", output.get("evalue", ""))
-    return None
-
-
-def _normalized(source: str) -> str:
-    return "\n".join(line.rstrip() for line in source.strip().splitlines())
 
 
 def _release_source(cell) -> str:
@@ -52,8 +32,8 @@ def _release_source(cell) -> str:
 def tampered(pristine_cell, submitted_cell) -> str | None:
     if submitted_cell is None:
         return "the graded cell was deleted (or its grade_id changed); restore it from a fresh copy of the exercise."
-    allowed = {_normalized(pristine_cell.source), _normalized(_release_source(pristine_cell))}
-    if submitted_cell.cell_type != "code" or _normalized(submitted_cell.source) not in allowed:
+    allowed = {normalized_source(pristine_cell.source), normalized_source(_release_source(pristine_cell))}
+    if submitted_cell.cell_type != "code" or normalized_source(submitted_cell.source) not in allowed:
         return "the graded cell was changed; graded cells must stay as handed out (restore it from a fresh copy)."
     return None
 
@@ -71,8 +51,9 @@ def _learner_names(source: str, known: dict) -> list[str]:
 class KernelSession:
     """The learner's kernel, seen from the grading process: cells to run and remote requests."""
 
-    def __init__(self, client, cell_timeout: float, workdir: Path):
+    def __init__(self, client, cell_timeout: float, workdir: Path, sandboxed: bool = False):
         self.client, self.cell_timeout, self.workdir = client, cell_timeout, workdir
+        self.sandboxed = sandboxed  # the kernel has no course_utils.grading: check-made inputs travel by value
         self.count = 0
         self.dead = False
 
@@ -89,6 +70,15 @@ class KernelSession:
         finally:
             cells.pop()
         return cell
+
+    def warm_up(self, seconds: float) -> None:
+        """Import the kernel side of the protocol (numpy, torch) before the learner's cells, outside their limit."""
+        saved = self.client.timeout
+        self.client.timeout = seconds
+        try:
+            self.run_code("import course_utils.classroom.remote")
+        finally:
+            self.client.timeout = saved
 
     def resync(self, patience: float = 30.0) -> bool:
         """After an interrupt, wait until the kernel answers again (True), interrupting once more if needed."""
@@ -116,6 +106,10 @@ class KernelSession:
         if self.dead:
             raise RemoteDead("DeadKernel", "the learner's kernel died earlier")
         self.count += 1
+        if self.sandboxed:
+            import course_utils.grading
+
+            cloudpickle.register_pickle_by_value(course_utils.grading)
         base = str(self.workdir / f"r{self.count}")
         with open(base + ".in", "wb") as f:
             cloudpickle.dump(request, f)
@@ -127,8 +121,8 @@ class KernelSession:
             if time.monotonic() - tick >= self.cell_timeout:
                 if not self.resync():
                     self.dead = True
-                raise RemoteTimeout("Timeout", f"your code ran longer than {_num(self.cell_timeout)} s and was interrupted")
-            error = _error_of(cell)
+                raise RemoteTimeout("Timeout", f"your code ran longer than {number(self.cell_timeout)} s and was interrupted")
+            error = error_of(cell)
             raise remote_error(*(error or ("NoReply", "the kernel did not answer")))
         reply = json.loads(Path(base + ".json").read_text())
         with np.load(base + ".npz", allow_pickle=False) as data:
@@ -136,7 +130,7 @@ class KernelSession:
         if "error" in reply:
             if reply["error"]["type"] == "KeyboardInterrupt" and time.monotonic() - tick >= self.cell_timeout:
                 self.resync()
-                raise RemoteTimeout("Timeout", f"your code ran longer than {_num(self.cell_timeout)} s and was interrupted")
+                raise RemoteTimeout("Timeout", f"your code ran longer than {number(self.cell_timeout)} s and was interrupted")
             raise remote_error(reply["error"]["type"], reply["error"]["message"], reply["error"].get("line", ""))
         return reply, arrays
 
@@ -188,15 +182,15 @@ def run_check(source: str, preamble: dict, session: KernelSession) -> tuple[str,
     except RemoteDead as exc:
         return "error", exc.message
     except NotImplementedError as exc:
-        return "not attempted", _one_line(getattr(exc, "message", "") or str(exc)) or "not attempted yet."
+        return "not attempted", one_line(getattr(exc, "message", "") or str(exc)) or "not attempted yet."
     except AssertionError as exc:  # CheckFailed, NotAttempted, ForbiddenCall, a hidden test's assert
         if type(exc).__name__ == "NotAttempted":
-            return "not attempted", _one_line(str(exc))
-        return "failed", _one_line(str(exc)) or "the check failed."
+            return "not attempted", one_line(str(exc))
+        return "failed", one_line(str(exc)) or "the check failed."
     except NameError as exc:
-        return "error", f"{_one_line(str(exc))}: define it (run the exercise's cell without errors)."
+        return "error", f"{one_line(str(exc))}: define it (run the exercise's cell without errors)."
     except RemoteError as exc:
-        return "error", _one_line(f"your code raised {exc.type_name}: {exc.message}")
+        return "error", one_line(f"your code raised {exc.type_name}: {exc.message}")
     except Exception as exc:  # the check itself could not use what the learner's code returned
-        return "failed", _one_line(f"{type(exc).__name__}: {exc}")[:300]
+        return "failed", one_line(f"{type(exc).__name__}: {exc}")[:300]
     return "passed", ""

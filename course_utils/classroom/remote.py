@@ -284,10 +284,11 @@ def _answer(request: dict, arrays: list) -> dict:
         args, kwargs = request["args"], request["kwargs"]
         snapshot = _snapshot(args, kwargs)
         hit = None
-        if request.get("forbidden"):
+        spec = _present(request.get("forbidden"))
+        if spec is not None:
             from .forbidden import watch
 
-            guard = watch(request["forbidden"])
+            guard = watch(spec)
             result = guard.call(target, args, kwargs)
             hit = guard.hit
         else:
@@ -295,6 +296,31 @@ def _answer(request: dict, arrays: list) -> dict:
         changes = [[path, what, encode(value, arrays)] for path, what, value in _mutations(snapshot, args, kwargs)]
         return {"value": encode(result, arrays), "hit": hit, "mutated": changes}
     raise ValueError(f"unknown request {op!r}")
+
+
+def _present(spec):
+    """The by-hand spec minus names of grading references a sandboxed kernel does not have (nothing can call them
+    there; the watch still refuses the whole ``course_utils.grading`` package by module); None when nothing is watched."""
+    import dataclasses
+
+    from .forbidden import ByHand, _resolve
+
+    spec = ByHand.of(spec or ())
+    if spec is None:
+        return None
+
+    def kept(names):
+        out = []
+        for dotted in names:
+            if dotted.startswith("course_utils.grading."):
+                try:
+                    _resolve(dotted)
+                except (AttributeError, ValueError, ImportError):
+                    continue
+            out.append(dotted)
+        return tuple(out)
+
+    return dataclasses.replace(spec, names=kept(spec.names), allow=kept(spec.allow))
 
 
 # ------------------------------------------------------------------------------- grader side proxy
@@ -314,7 +340,9 @@ class RemoteObject:
         return self._session.request({"op": op, "name": self._name, "handle": self._handle, **fields})
 
     def __course_remote_call__(self, args, kwargs, forbidden=()):
-        reply, arrays = self._request("call", args=tuple(args), kwargs=dict(kwargs), forbidden=tuple(forbidden))
+        # a ByHand (what call_learner passes) travels as itself: the request is cloudpickled; a list of names as a tuple
+        spec = tuple(forbidden) if isinstance(forbidden, (list, tuple, set, frozenset)) else forbidden
+        reply, arrays = self._request("call", args=tuple(args), kwargs=dict(kwargs), forbidden=spec)
         _write_back(reply.get("mutated", []), args, kwargs, arrays, self._session)
         return decode(reply["value"], arrays, self._session), reply.get("hit")
 

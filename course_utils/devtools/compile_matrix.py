@@ -7,23 +7,24 @@ spills, shared memory and features).
 
 :func:`compile_matrix` lists the GEMM kernels of :mod:`course_utils.gemm_kernels` at every configuration
 that ``benchmarks/gemm_gpu.py`` launches (:data:`course_utils.gemm.GPU_CONFIGS`), lesson 03's
-implicit-GEMM convolution (:mod:`course_utils.convolution`) and lesson 06's attention forward
-(:mod:`course_utils.attention_triton`) at the attention benchmark's configurations, as
-:class:`course_utils.gemm_compile.Case` records that :func:`course_utils.gemm_compile.compile_cases` compiles.
+implicit-GEMM convolution (:mod:`course_utils.convolution`) and lesson 06's attention forward and both
+backward kernels (:mod:`course_utils.attention_triton`, ``attention_triton_backward``) at the attention
+benchmark's configurations, × GROUP {1, 4} × causal, as :class:`course_utils.gemm_compile.Case` records that
+:func:`course_utils.gemm_compile.compile_cases` compiles.
 """
 from __future__ import annotations
 
 from ..gemm_compile import GEMM_KERNELS, Case, gemm_case
-from ..paths import BENCHMARKS
 
-__all__ = ["compile_matrix", "attention_configs", "ATTENTION_CONFIGS", "ATTENTION_CONFIGS_SM80", "ATTENTION_HEAD_DIMS"]
+__all__ = ["compile_matrix", "attention_configs", "ATTENTION_HEAD_DIMS", "T4_BACKWARD_HEAD_DIMS"]
 
-# benchmarks/attention_gpu.py's configurations are read from it (attention_configs); these are the ones
-# expected there once the spilling (128, 64, 4, 3) is gone: (block_m, block_n, num_warps, num_stages).
-ATTENTION_CONFIGS = [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)]
-# On sm_80 the d=128 forward spills at 128x64 (8 warps, 8 B) and 128x128 (72 B): an A100 gets 64x64 at 4 warps.
-ATTENTION_CONFIGS_SM80 = [(64, 64, 4, 3)]
+# The attention configurations are course_utils.attention_triton.ATTENTION_GPU_CONFIGS (forward and backward, per
+# GPU generation), compiled for both head dims, GROUP 1 and 4, causal and not.
 ATTENTION_HEAD_DIMS = (64, 128)
+# A T4 (sm_75, FMAs instead of tensor-core MMAs) spills in the d=128 backward even at 16x16 tiles (dK/dV 2.6 KB,
+# dQ 0.5 KB with Triton 3.9): the T4 path covers the backward at d=64 only; d=128 there is an open problem.
+T4_BACKWARD_HEAD_DIMS = (64,)
+
 
 
 def _conv_case(arch: int, bm: int, bn: int, bk: int, warps: int, stages: int) -> Case:
@@ -39,29 +40,43 @@ def _conv_case(arch: int, bm: int, bn: int, bk: int, warps: int, stages: int) ->
 
 
 def _attention_case(arch: int, head_dim: int, bm: int, bn: int, warps: int, stages: int, dtype: str = "bf16",
-                    causal: bool = True) -> Case:
-    args = ["q_ptr", "k_ptr", "v_ptr", "o_ptr", "lse_ptr", "stride_qh", "stride_qm", "stride_kh", "stride_kn",
-            "stride_vh", "stride_vn", "stride_oh", "stride_om", "seqlen_q", "seqlen_k", "scale_log2e"]
-    sig = dict(zip(args, [f"*{dtype}"] * 4 + ["*fp32"] + ["i32"] * 10 + ["fp32"]))
-    ce = {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_M": bm, "BLOCK_N": bn, "DOT_PRECISION": "tf32", "GROUP": 1}
+                    causal: bool = True, group: int = 1, kernel: str = "fwd") -> Case:
+    """Lesson 06's forward (``kernel="fwd"``) or backward kernel (``"dkdv"``, ``"dq"``) at one launch configuration."""
+    from ..attention_triton import _signature
+
+    names, sig = _signature(kernel, dtype)
+    ce = {"CAUSAL": causal, "HEAD_DIM": head_dim, "BLOCK_M": bm, "BLOCK_N": bn,
+          "DOT_PRECISION": "ieee" if dtype in ("fp32", "fp64") else "tf32", "GROUP": group}
     sig.update(dict.fromkeys(ce, "constexpr"))
+    divisible = tuple(n for n in names if n.endswith("_ptr") or n.startswith("stride"))
     expect = ("wgmma" if arch >= 90 else "mma.sync",) if arch >= 80 else ()
-    return Case(f"attention fwd d={head_dim} {bm}x{bn} w{warps} s{stages} {dtype}{' causal' if causal else ''}",
-                "course_utils.attention_triton:flash_attention_fwd_kernel", arch, sig, ce, tuple(args[:15]), warps, stages,
-                expect, (), {"variant": f"attention forward d={head_dim}",
-                             "config": {"block_m": bm, "block_n": bn, "num_warps": warps, "num_stages": stages}})
+    module = "attention_triton" if kernel == "fwd" else "attention_triton_backward"
+    name = {"fwd": "flash_attention_fwd_kernel", "dkdv": "flash_attention_bwd_dkdv_kernel",
+            "dq": "flash_attention_bwd_dq_kernel"}[kernel]
+    what = {"fwd": "forward", "dkdv": "backward dK/dV", "dq": "backward dQ"}[kernel]
+    return Case(f"attention {what} d={head_dim} G={group} {bm}x{bn} w{warps} s{stages} {dtype}{' causal' if causal else ''}",
+                f"course_utils.{module}:{name}", arch, sig, ce, divisible, warps, stages, expect, (),
+                {"variant": f"attention {'forward' if kernel == 'fwd' else 'backward'} d={head_dim}", "kernel": kernel,
+                 "group": group, "causal": causal,
+                 "config": {"block_m": bm, "block_n": bn, "num_warps": warps, "num_stages": stages}})
 
 
-def attention_configs() -> list[tuple]:
-    """The forward ``FWD_CONFIGS`` of ``benchmarks/attention_gpu.py`` (read from its source: importing it would pick a tier)."""
-    import ast
+def attention_configs(arch: int = 90, kind: str = "fwd") -> list[tuple]:
+    """The configurations ``benchmarks/attention_gpu.py`` tries on ``sm_<arch>`` (``course_utils.attention_triton``)."""
+    from ..attention_triton import attention_configs as configs
 
-    path = BENCHMARKS / "attention_gpu.py"
-    if path.exists():
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) in ("FWD_CONFIGS", "CONFIGS"):
-                return [tuple(c) for c in ast.literal_eval(node.value)]
-    return list(ATTENTION_CONFIGS)
+    return configs(arch, kind)
+
+
+def _attention_cases(arch: int, dtype: str) -> list[Case]:
+    out = []
+    for kind, kernels in (("fwd", ("fwd",)), ("bwd", ("dkdv", "dq"))):
+        for bm, bn, warps, stages in attention_configs(arch, kind):
+            for d in ATTENTION_HEAD_DIMS if arch >= 80 or kind == "fwd" else T4_BACKWARD_HEAD_DIMS:
+                for group in (1, 4):
+                    for causal in (True, False):
+                        out += [_attention_case(arch, d, bm, bn, warps, stages, dtype, causal, group, k) for k in kernels]
+    return out
 
 
 def compile_matrix(archs=(80, 90), *, gemm: bool = True, conv: bool = True, attention: bool = True, t4: bool = True,
@@ -83,15 +98,13 @@ def compile_matrix(archs=(80, 90), *, gemm: bool = True, conv: bool = True, atte
         if conv:
             out.append(_conv_case(arch, 32, 16, 16, 4, 3))   # conv2d_triton's launch: its default blocks
         if attention:
-            for d in ATTENTION_HEAD_DIMS:
-                for bm, bn, warps, stages in (attention_configs() if arch >= 90 else ATTENTION_CONFIGS_SM80):
-                    out.append(_attention_case(arch, d, bm, bn, warps, stages))
+            out += _attention_cases(arch, "bf16")
     if t4:                                                    # a T4: fp16 (no bf16), FMAs (no tensor-core MMA)
         if gemm:
             for variant in ("tiled grouped", "persistent"):
                 out.append(gemm_case(variant, T4_CONFIG, 75, dtype="fp16", sms=40))
         if attention:
-            out.append(_attention_case(75, 64, 32, 32, 4, 2, dtype="fp16"))
+            out += _attention_cases(75, "fp16")
         if conv:
             out.append(_conv_case(75, 32, 16, 16, 4, 2))
     return out

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..classroom.checking import Mistake, call_learner, check_function
+from ..classroom.forbidden import ByHand
 from ..errors import CheckFailed
 from ..convolution import conv_output_size, im2col
 from .convolution_backward import check_conv2d_grad_input, check_conv2d_grad_weight
@@ -35,6 +36,9 @@ __all__ = [
 ]
 
 _HERE = "course_utils.grading.convolution."
+# Exercise 3: the prompt lets the learner build the column matrix with the lesson's im2col; the grouping is the exercise.
+ALLOW_IM2COL = ByHand(allow=("course_utils.convolution.im2col", "course_utils.convolution.im2col_view",
+                             "course_utils.convolution.conv_output_size"))
 
 
 # ---------------------------------------------------------------- exercise 1: output shape
@@ -220,7 +224,7 @@ def check_conv2d_grouped(conv2d_grouped: Callable, *, trials: int = 4, seed: int
     # atol: fp32 sums of up to 18 products of size ~1 in another order than torch's; outputs near 0
     # cannot meet a relative tolerance. Every mistake above changes outputs by O(1).
     check_function(conv2d_grouped, _reference_conv2d_grouped, make_inputs, name="conv2d_grouped", trials=trials,
-                   seed=seed, atol=1e-4, mistakes=mistakes, forbidden=forbidden, quiet=quiet)
+                   seed=seed, atol=1e-4, mistakes=mistakes, forbidden=forbidden, by_hand=ALLOW_IM2COL, quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 6: 1x1 convolution
@@ -327,4 +331,5 @@ def check_column_matrix_mib(column_matrix_mib: Callable, *, trials: int = 5, see
     forbidden = UNFOLD_OPS + ("course_utils.convolution.im2col", _HERE + "_reference_column_matrix_mib",
                               _HERE + "_column_bytes")
     check_function(column_matrix_mib, _reference_column_matrix_mib, make_inputs, name="column_matrix_mib",
-                   trials=trials, seed=seed, rtol=1e-9, atol=0.0, mistakes=mistakes, forbidden=forbidden, quiet=quiet)
+                   trials=trials, seed=seed, rtol=1e-9, atol=0.0, mistakes=mistakes, forbidden=forbidden,
+                   by_hand=ByHand(allow=("course_utils.convolution.conv_output_size",)), quiet=quiet)

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..classroom.checking import Mistake, check_function
+from ..classroom.forbidden import ByHand
 from ..convolution import conv_output_size, im2col_view
 from .convolution_common import AUTOGRAD, CONV_OPS, COURSE_CONVS, UNFOLD_OPS, _flip, _size_for
 
@@ -80,8 +81,11 @@ def check_conv2d_grad_weight(conv2d_grad_weight: Callable, *, trials: int = 4, s
                 _grad_weight_unpadded),
     ]
     forbidden = CONV_OPS + UNFOLD_OPS + AUTOGRAD + COURSE_CONVS + (_HERE + "_reference_conv2d_grad_weight",)
+    # the prompt lets the learner build Cols with the lesson's im2col (eq. 8 is the exercise)
+    allow = ByHand(allow=("course_utils.convolution.im2col", "course_utils.convolution.im2col_view",
+                          "course_utils.convolution.conv_output_size"))
     check_function(conv2d_grad_weight, reference, make_inputs, name="conv2d_grad_weight", trials=trials, seed=seed,
-                   mistakes=mistakes, forbidden=forbidden, quiet=quiet)
+                   mistakes=mistakes, forbidden=forbidden, by_hand=allow, quiet=quiet)
 
 
 def _reference_conv2d_grad_input(grad_out, w, hw, s, p):

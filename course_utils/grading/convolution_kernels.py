@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..classroom.checking import Mistake, check_function
+from ..classroom.forbidden import ByHand
 
 __all__ = ["check_micro_kernel_update"]
 
@@ -26,6 +27,10 @@ MATMULS = (
     "torch.linalg.multi_dot", "torch.nn.functional.linear", "torch.Tensor.matmul", "torch.Tensor.mm",
 )
 TO_NUMPY = ("torch.Tensor.numpy", "torch.Tensor.__array__")
+# At the operator level: torch.inner, a conv1d or F.linear used as the GEMM all reach aten's mm/convolution.
+# The rank-1 updates themselves (broadcasting, torch.outer) stay allowed.
+BY_HAND_MICRO_KERNEL = {"ops": ("@matmul", "@conv"), "allow_ops": ("outer", "ger"),
+                        "modules": ("course_utils.convolution", "course_utils.gemm")}
 
 
 def _tile(a_panel, b_panel):
@@ -91,4 +96,4 @@ def check_micro_kernel_update(micro_kernel_update: Callable, *, trials: int = 6,
                 _write_back(c, _tile(a, b), j0, i0)),
     ]
     check_function(micro_kernel_update, _reference_micro_kernel_update, make_inputs, name="micro_kernel_update",
-                   trials=trials, seed=seed, n=40, mistakes=mistakes, forbidden=forbidden, quiet=quiet)
+                   trials=trials, seed=seed, n=40, mistakes=mistakes, forbidden=forbidden, by_hand=ByHand(**BY_HAND_MICRO_KERNEL), quiet=quiet)

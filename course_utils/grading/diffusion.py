@@ -13,20 +13,25 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, check_function
 from ..diffusion import cosine_alpha_bar_fn, cosine_schedule, linear_schedule, posterior_mean_variance
 from ..diffusion_metrics import _sq_dists, mmd_rbf
 
-# For the operator-level by-hand watch (a later change): per exercise, the elementary ops it needs and the ones
+# For the by-hand watch (passed as by_hand=ByHand.of(BY_HAND_X); "allowed_ops" only documents):
+# per exercise, the elementary ops it needs and the ones
 # that compute the whole result (diffusers' helpers are refused by name through ``forbidden=``).
 _ELEMENTWISE = ("aten.add", "aten.sub", "aten.mul", "aten.div", "aten.pow", "aten.sqrt", "aten.exp", "aten.log",
                 "aten.cumprod", "aten.sum", "aten.mean", "aten.index", "aten.unsqueeze", "aten.expand", "aten.view")
-BY_HAND_ZERO_SNR_COSINE_ALPHA_BAR = {"allowed_ops": ("numpy elementwise", "np.cumprod"), "whole_result_ops": ()}
-BY_HAND_POSTERIOR = {"allowed_ops": ("numpy elementwise",), "whole_result_ops": ()}
-BY_HAND_DDIM_STEP_FROM_X0 = {"allowed_ops": _ELEMENTWISE, "whole_result_ops": ()}
-BY_HAND_FROM_V_PREDICTION = {"allowed_ops": _ELEMENTWISE, "whole_result_ops": ()}
-BY_HAND_DDPM_LOSS = {"allowed_ops": _ELEMENTWISE, "whole_result_ops": ("aten.mse_loss",)}
-BY_HAND_MMD = {"allowed_ops": _ELEMENTWISE + ("aten.diagonal", "aten.mm", "aten.cdist"), "whole_result_ops": ()}
+_LESSON = ("course_utils.diffusion",)  # lesson modules refused by hand (course_utils.diffusion_* too)
+BY_HAND_ZERO_SNR_COSINE_ALPHA_BAR = {"modules": _LESSON,
+                                     "allowed_ops": ("numpy elementwise", "np.cumprod"), "whole_result_ops": ()}
+BY_HAND_POSTERIOR = {"modules": _LESSON, "allowed_ops": ("numpy elementwise",), "whole_result_ops": ()}
+BY_HAND_DDIM_STEP_FROM_X0 = {"modules": _LESSON, "allowed_ops": _ELEMENTWISE, "whole_result_ops": ()}
+BY_HAND_FROM_V_PREDICTION = {"modules": _LESSON, "allowed_ops": _ELEMENTWISE, "whole_result_ops": ()}
+BY_HAND_DDPM_LOSS = {"modules": _LESSON, "allowed_ops": _ELEMENTWISE, "whole_result_ops": ("aten.mse_loss",)}
+BY_HAND_MMD = {"modules": _LESSON,
+               "allowed_ops": _ELEMENTWISE + ("aten.diagonal", "aten.mm", "aten.cdist"), "whole_result_ops": ()}
 
 _DIFFUSERS_SCHEDULES = ("diffusers.schedulers.scheduling_ddim.rescale_zero_terminal_snr",
                         "diffusers.schedulers.scheduling_ddpm.rescale_zero_terminal_snr",
@@ -93,6 +98,7 @@ def check_zero_snr_cosine_alpha_bar(fn: Callable, *, trials: int = 6, seed: int 
                 lambda T, s, mb: 1.0 - np.concatenate([ref(T, s, mb)[:1], ref(T, s, mb)[1:] / ref(T, s, mb)[:-1]])),
     ]
     check_function(fn, ref, _zero_snr_inputs, name="zero_snr_cosine_alpha_bar", trials=trials, seed=seed,
+                   by_hand=ByHand.of(BY_HAND_ZERO_SNR_COSINE_ALPHA_BAR),
                    mistakes=mistakes,
                    forbidden=(*_DIFFUSERS_SCHEDULES, "course_utils.diffusion.cosine_schedule",
                               "course_utils.diffusion.cosine_alpha_bar_fn",
@@ -150,6 +156,7 @@ def check_posterior(fn: Callable, *, trials: int = 6, seed: int | None = None) -
 
     check_function(
         fn, _reference_posterior, _posterior_inputs(), name="posterior", trials=trials, seed=seed,
+        by_hand=ByHand.of(BY_HAND_POSTERIOR),
         mistakes=[
             Mistake("std", "the second result is the standard deviation; return the variance "
                     "(1 - alpha_bar_{t-1}) / (1 - alpha_bar_t) * beta_t, not its square root.", std_not_var),
@@ -234,6 +241,7 @@ def check_ddim_step_from_x0(fn: Callable, *, trials: int = 8, seed: int | None =
 
     check_function(
         fn, _reference_ddim_step_from_x0, _ddim_x0_inputs(), name="ddim_step_from_x0", trials=trials, seed=seed,
+        by_hand=ByHand.of(BY_HAND_DDIM_STEP_FROM_X0),
         mistakes=[
             Mistake("negative_index", "for s = -1 you read alpha_bar[-1], which in Python is the LAST (noisiest) "
                     "entry; s = -1 means the clean data, alpha_bar_s = 1 (and the step returns x0_pred).", wraps),
@@ -285,6 +293,7 @@ def check_from_v_prediction(fn: Callable, *, trials: int = 6, seed: int | None =
 
     check_function(
         fn, _reference_from_v_prediction, _v_inputs, name="from_v_prediction", trials=trials, seed=seed,
+        by_hand=ByHand.of(BY_HAND_FROM_V_PREDICTION),
         mistakes=[
             Mistake("order", "return (x0, eps) in that order.", swapped_outputs),
             Mistake("sign_both", "the signs of v are flipped in both: x0 = sqrt(abar) x_t - sqrt(1-abar) v and "
@@ -359,6 +368,7 @@ def check_ddpm_loss(fn: Callable, *, trials: int = 6, seed: int | None = None) -
 
     check_function(
         fn, _reference_ddpm_loss, _loss_inputs(), name="ddpm_loss", trials=trials, seed=seed,
+        by_hand=ByHand.of(BY_HAND_DDPM_LOSS),
         mistakes=[
             Mistake("alpha", "you used alpha_t = 1 - beta_t; x_t needs alpha_bar_t = cumprod(1 - betas)[t].", with_ab(alpha)),
             Mistake("alpha_no_sqrt", "two mistakes: alpha_t = 1 - beta_t where alpha_bar_t = cumprod(1 - betas)[t] "
@@ -418,7 +428,7 @@ def check_mmd(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None
         return _reference_mmd_unbiased(a, b, sigma) + kernel(a, b, sigma).mean()
 
     check_function(
-        fn, _reference_mmd_unbiased, _mmd_inputs, name="mmd", trials=trials, seed=seed,
+        fn, _reference_mmd_unbiased, _mmd_inputs, name="mmd", by_hand=ByHand.of(BY_HAND_MMD), trials=trials, seed=seed,
         rtol=1e-8, atol=1e-10,  # MMD^2 is a small difference of sums of up to 3600 kernel values: float64 cancellation
         mistakes=[
             Mistake("biased", "this is the biased estimator: leave the diagonal k(x_i, x_i) out of the within-sample "

@@ -15,10 +15,12 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, check_function
 from ..diffusion import cosine_schedule, linear_schedule
 
-BY_HAND_DPM_SOLVER_2M = {
+_LESSON = ("course_utils.diffusion",)  # lesson modules refused by hand (course_utils.diffusion_* too)
+BY_HAND_DPM_SOLVER_2M = {"modules": _LESSON,
     "allowed_ops": ("aten.add", "aten.sub", "aten.mul", "aten.div", "aten.neg", "aten.exp", "aten.expm1",
                     "aten.log", "aten.sqrt", "aten.clone", "aten.copy_"),
     "whole_result_ops": (),
@@ -91,6 +93,7 @@ def check_dpm_solver_2m(fn: Callable, *, trials: int = 6, seed: int | None = Non
 
     check_function(
         fn, _reference_dpm_solver_2m, _dpm_inputs, name="dpm_solver_2m", trials=trials, seed=seed, n=40,
+        by_hand=ByHand.of(BY_HAND_DPM_SOLVER_2M),
         mistakes=[
             Mistake("first_order", "that is DDIM (first order): from the second step on, extrapolate the data "
                     "prediction with D = (1 + 1/(2r)) x0_i - 1/(2r) x0_(i-1), r = h_(i-1) / h_i.",

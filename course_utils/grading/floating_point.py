@@ -47,8 +47,11 @@ def _reference_limits_torch(exp_bits: int, man_bits: int):
 
 # the course's reference (torch.finfo and np.finfo are classes, which the guard cannot see; the random widths
 # defeat them anyway)
+# Naming a course_utils.floating_point function refuses the whole lesson module (and floating_point_*): the
+# FloatFormat class's properties (max_value, eps, ...) included.
 FORMAT_LIMITS_FORBIDDEN = ("course_utils.grading.floating_point._reference_limits",
-                           "course_utils.grading.floating_point._reference_limits_torch")
+                           "course_utils.grading.floating_point._reference_limits_torch",
+                           "course_utils.floating_point.FloatFormat")
 
 
 def check_format_limits(format_limits: Callable, *, trials: int = 5, seed: int | None = None) -> None:
@@ -187,10 +190,10 @@ def _ref_rne(x, exp_bits, man_bits):
     return round_to_format(x, FloatFormat("x", exp_bits, man_bits))
 
 
-ROUND_FORBIDDEN = ("numpy.round", "numpy.around", "torch.Tensor.to", "torch.Tensor.half", "torch.Tensor.bfloat16",
+ROUND_FORBIDDEN = ("numpy.round", "numpy.around", "numpy.rint", "numpy.ndarray.round", "torch.Tensor.to", "torch.Tensor.half", "torch.Tensor.bfloat16",
                    "torch.round", "course_utils.floating_point_rounding.round_bits",
                    "course_utils.floating_point_rounding.round_to_format", "course_utils.floating_point_rounding.torch_round",
-                   "course_utils.grading.floating_point._ref_rne")
+                   "course_utils.grading.floating_point._ref_rne", "course_utils.floating_point.FloatFormat")
 
 
 def check_round_to_nearest_even(round_fn: Callable, *, trials: int = 4, seed: int | None = None) -> None:
@@ -265,7 +268,8 @@ def _kahan_reference(x):
 
 
 # sums that are not the FP16 loop: exact or wide sums and the course's summation functions
-KAHAN_FORBIDDEN = ("math.fsum", "numpy.sum", "numpy.cumsum", "torch.sum", "course_utils.floating_point_summation.kahan_sum",
+KAHAN_FORBIDDEN = ("math.fsum", "numpy.sum", "numpy.cumsum", "numpy.ndarray.sum", "numpy.ndarray.cumsum", "builtins.sum",
+                   "torch.sum", "course_utils.floating_point.FloatFormat", "course_utils.floating_point_summation.kahan_sum",
                    "course_utils.floating_point_summation.pairwise_sum",
                    "course_utils.floating_point_summation.sequential_sum")
 
@@ -312,7 +316,7 @@ def check_kahan_sum(kahan_fn: Callable, *, trials: int = 4, seed: int | None = N
 
 # the course's rounding functions and torch's (deterministic) casts
 SR_FORBIDDEN = ("course_utils.floating_point_rounding.stochastic_round", "course_utils.floating_point_rounding.round_bits",
-                "torch.Tensor.to", "torch.Tensor.bfloat16")
+                "torch.Tensor.to", "torch.Tensor.bfloat16", "course_utils.floating_point.FloatFormat")
 
 
 def _sr_probability(sr_fn: Callable, x: np.ndarray, repeats: int, seed: int, name: str) -> np.ndarray:

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..classroom.checking import Mistake, call_learner, check_function
+from ..classroom.forbidden import ByHand
 from ..errors import CheckFailed
 from ..foundations import sliding_windows
 
@@ -185,6 +186,10 @@ PAIRWISE_FORBIDDEN = ("scipy.spatial.distance.cdist", "sklearn.metrics.pairwise.
                       "course_utils.grading.foundations._reference_pairwise_sq_dists")
 
 
+# "without a Python loop", checked: no loop iteration (for, while, comprehension) in the learner's own code
+BY_HAND_PAIRWISE = ByHand(max_loop_iterations=0, loops="Python loop (the prompt asks for broadcasting)")
+
+
 def check_pairwise_sq_dists(pairwise_sq_dists: Callable, *, trials: int = 3, seed: int | None = None) -> None:
     """Exercise 3: ``(n, d), (m, d) -> (n, m)`` squared Euclidean distances by broadcasting."""
 
@@ -199,7 +204,7 @@ def check_pairwise_sq_dists(pairwise_sq_dists: Callable, *, trials: int = 3, see
 
     check_function(
         pairwise_sq_dists, _reference_pairwise_sq_dists, make_inputs, name="pairwise_sq_dists",
-        trials=trials, seed=seed, forbidden=PAIRWISE_FORBIDDEN,
+        trials=trials, seed=seed, forbidden=PAIRWISE_FORBIDDEN, by_hand=BY_HAND_PAIRWISE,
         mistakes=[
             Mistake("sqrt", "these are distances, not squared distances: drop the square root.",
                     lambda X, Y: np.sqrt(_reference_pairwise_sq_dists(X, Y))),

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..classroom.checking import Mistake, call_learner, check_function
+from ..classroom.forbidden import ByHand
 from ..errors import CheckFailed
 from ..mixed_precision import DTYPES
 from ..mixed_precision_memory import measure_recipe_memory
@@ -117,6 +118,13 @@ _SCALER_MISTAKES = [
 ]
 
 
+# By hand: not GradScaler (torch.amp's Python code) nor its fused kernels (the "@round" family holds
+# _amp_foreach_non_finite_check_and_unscale_ and _amp_update_scale_), nor the lesson's DynamicLossScaler.
+BY_HAND_SCALER = {"ops": ("@round",), "modules": ("torch.amp", "torch.cuda.amp", "course_utils.mixed_precision"),
+                  "names": ("torch._amp_foreach_non_finite_check_and_unscale_", "torch._amp_update_scale_",
+                            "torch.amp.GradScaler")}
+
+
 def check_dynamic_loss_scaler(scaler_class: Callable, *, trials: int = 3, seed: int | None = None, steps: int = 40) -> None:
     """Exercise 1: ``ListLossScaler(init_scale, growth_factor, backoff_factor, growth_interval)`` with ``.scale``,
     ``unscale_(grads) -> found_inf`` and ``update(found_inf)``, compared with ``torch.amp.GradScaler('cpu')``
@@ -141,7 +149,8 @@ def check_dynamic_loss_scaler(scaler_class: Callable, *, trials: int = 3, seed: 
         return lambda hyper, script: _drive_scaler(lambda: _BuggyScaler(bug, **hyper), script, reference=False)
 
     check_function(learner, reference, make_inputs, name="ListLossScaler", trials=trials, seed=seed,
-                   rtol=1e-6, atol=1e-12, mistakes=[Mistake(b, hint, buggy(b)) for b, hint in _SCALER_MISTAKES])
+                   rtol=1e-6, atol=1e-12, mistakes=[Mistake(b, hint, buggy(b)) for b, hint in _SCALER_MISTAKES],
+                   by_hand=ByHand(**BY_HAND_SCALER))
 
 
 # ---------------------------------------------------------------- exercise 2: unscale before clipping

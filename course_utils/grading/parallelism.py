@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, check_function
 from ..tolerances import tolerance_for
 
@@ -20,13 +21,16 @@ from ..tolerances import tolerance_for
 _TENSOR_OPS = ("aten.add", "aten.sub", "aten.mul", "aten.div", "aten.slice", "aten.select", "aten.clone", "aten.copy_",
                "aten.cat", "aten.stack", "aten.zeros", "aten.new_zeros", "aten.index", "aten.index_put_", "aten.view",
                "aten.t", "aten.transpose", "aten.sum", "aten.cumsum", "aten.one_hot", "aten.gather", "aten.scatter")
-BY_HAND_COLUMN_ROW_MLP_PARTIALS = {"allowed_ops": _TENSOR_OPS + ("aten.mm", "aten.addmm", "aten.gelu", "aten.split"),
+_LESSON = ("course_utils.parallelism",)  # lesson modules refused by hand (course_utils.parallelism_* too)
+BY_HAND_COLUMN_ROW_MLP_PARTIALS = {"modules": _LESSON,
+                                   "allowed_ops": _TENSOR_OPS + ("aten.mm", "aten.addmm", "aten.gelu", "aten.split"),
                                    "whole_result_ops": ()}
-BY_HAND_RING_ALL_REDUCE_SIM = {"allowed_ops": _TENSOR_OPS, "whole_result_ops": ()}
-BY_HAND_INTERLEAVED_BUBBLE_FRACTION = {"allowed_ops": (), "whole_result_ops": ()}
-BY_HAND_ROUTE_TOP_K = {"allowed_ops": _TENSOR_OPS + ("aten.topk", "aten._softmax", "aten.lt"), "whole_result_ops": ()}
-BY_HAND_DISPATCH_TO_EXPERTS = {"allowed_ops": _TENSOR_OPS, "whole_result_ops": ()}
-BY_HAND_COMBINE_FROM_EXPERTS = {"allowed_ops": _TENSOR_OPS, "whole_result_ops": ()}
+BY_HAND_RING_ALL_REDUCE_SIM = {"modules": _LESSON, "allowed_ops": _TENSOR_OPS, "whole_result_ops": ()}
+BY_HAND_INTERLEAVED_BUBBLE_FRACTION = {"modules": _LESSON, "allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_ROUTE_TOP_K = {"modules": _LESSON,
+                       "allowed_ops": _TENSOR_OPS + ("aten.topk", "aten._softmax", "aten.lt"), "whole_result_ops": ()}
+BY_HAND_DISPATCH_TO_EXPERTS = {"modules": _LESSON, "allowed_ops": _TENSOR_OPS, "whole_result_ops": ()}
+BY_HAND_COMBINE_FROM_EXPERTS = {"modules": _LESSON, "allowed_ops": _TENSOR_OPS, "whole_result_ops": ()}
 
 
 def _gen(rng) -> torch.Generator:
@@ -91,6 +95,7 @@ def check_column_row_mlp_partials(fn: Callable, *, seed: int | None = None, tria
     ]
     _check(fn, _reference_column_row_mlp_partials, [lambda rng: _mlp_inputs(rng, True), _mlp_inputs],
            name="column_row_mlp_partials", trials=trials, seed=seed, mistakes=mistakes, n=64,
+                   by_hand=ByHand.of(BY_HAND_COLUMN_ROW_MLP_PARTIALS),
                    forbidden=("course_utils.grading.parallelism._reference_column_row_mlp_partials",
                               "course_utils.parallelism_tensor.tp_mlp_on_rank"))
 
@@ -148,7 +153,7 @@ def check_ring_all_reduce_sim(fn: Callable, *, seed: int | None = None, trials: 
                 variant(overwrite=True)),
     ]
     _check(fn, _reference_ring_all_reduce_sim, [lambda rng: _ring_inputs(rng, True), _ring_inputs],
-           name="ring_all_reduce_sim", trials=trials, seed=seed,
+           name="ring_all_reduce_sim", by_hand=ByHand.of(BY_HAND_RING_ALL_REDUCE_SIM), trials=trials, seed=seed,
                    mistakes=mistakes, n=8,
                    forbidden=("course_utils.grading.parallelism._reference_ring_all_reduce_sim",
                               "course_utils.parallelism.ring_all_reduce", "torch.distributed.all_reduce"))
@@ -180,6 +185,7 @@ def check_interleaved_bubble_fraction(fn: Callable, *, seed: int | None = None, 
     ]
     _check(fn, _reference_interleaved_bubble_fraction, [lambda rng: _bubble_inputs(rng, True), _bubble_inputs],
            name="interleaved_bubble_fraction", trials=trials, seed=seed, mistakes=mistakes,
+                   by_hand=ByHand.of(BY_HAND_INTERLEAVED_BUBBLE_FRACTION),
                    forbidden=("course_utils.grading.parallelism._reference_interleaved_bubble_fraction",
                               "course_utils.parallelism_pipeline.bubble_fraction_predicted"))
 
@@ -230,6 +236,7 @@ def check_route_top_k(fn: Callable, *, seed: int | None = None, trials: int = 10
     rtol, atol = tolerance_for(torch.float32)  # the gates; experts and keep are integers and compare exactly anyway
     _check(fn, _reference_route_top_k, [lambda rng: _route_inputs(rng, 1), lambda rng: _route_inputs(rng, 2),
                                         _route_inputs], name="route_top_k", trials=trials, seed=seed,
+           by_hand=ByHand.of(BY_HAND_ROUTE_TOP_K),
            mistakes=mistakes, rtol=rtol, atol=atol,
                    forbidden=("course_utils.grading.parallelism._reference_route_top_k",
                               "course_utils.parallelism_moe.top_k_route", "course_utils.parallelism_moe.slot_positions"))
@@ -277,6 +284,7 @@ def check_dispatch_to_experts(fn: Callable, *, seed: int | None = None, trials: 
     ]
     _check(fn, _reference_dispatch_to_experts, [lambda rng: _dispatch_inputs(rng, True), _dispatch_inputs],
            name="dispatch_to_experts", trials=trials, seed=seed, mistakes=mistakes,
+                   by_hand=ByHand.of(BY_HAND_DISPATCH_TO_EXPERTS),
                    forbidden=("course_utils.grading.parallelism._reference_dispatch_to_experts",
                               "course_utils.parallelism_moe.slot_positions"))
 
@@ -312,6 +320,7 @@ def check_combine_from_experts(fn: Callable, *, seed: int | None = None, trials:
     ]
     _check(fn, _reference_combine_from_experts, [lambda rng: _combine_inputs(rng, True), _combine_inputs],
            name="combine_from_experts", trials=trials, seed=seed, mistakes=mistakes, n=4,
+                   by_hand=ByHand.of(BY_HAND_COMBINE_FROM_EXPERTS),
                    forbidden=("course_utils.grading.parallelism._reference_combine_from_experts",
                               "course_utils.parallelism_moe.moe_dense"))
 

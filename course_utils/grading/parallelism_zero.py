@@ -22,9 +22,11 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, check_function
 
-BY_HAND_ZERO2_ADAM_STEP = {
+_LESSON = ("course_utils.parallelism",)  # lesson modules refused by hand (course_utils.parallelism_* too)
+BY_HAND_ZERO2_ADAM_STEP = {"modules": _LESSON,
     "allowed_ops": ("aten.add", "aten.sub", "aten.mul", "aten.div", "aten.sqrt", "aten.pow", "aten.zeros",
                     "aten.new_zeros", "aten.empty", "aten.cat", "aten.constant_pad_nd", "aten.slice", "aten.copy_",
                     "aten.clone", "aten.narrow", "aten.addcdiv", "aten.addcmul", "aten.lerp"),
@@ -143,6 +145,7 @@ def check_zero2_adam_step(fn: Callable, *, trials: int = 6, seed: int | None = N
 
     check_function(
         fn, _reference_zero2_adam_step, _zero2_inputs, name="zero2_adam_step", trials=trials, seed=seed, n=8,
+        by_hand=ByHand.of(BY_HAND_ZERO2_ADAM_STEP),
         mistakes=[
             Mistake("sum", "reduce-scatter sums the ranks' gradients; data parallelism averages them: divide by world.",
                     variant(average=False)),

@@ -6,7 +6,7 @@ integral of :math:`\\beta`, :math:`g^2 = d\\sigma^2/du` for the VE SDE, the Karr
 second-order correction (EDM's sampler, which lesson 12 only cites). The formulas of the lesson are in
 ``notebooks/12_score_sde.ipynb``; exercises 2, 3, 5 and 6 ask for what it did not write.
 
-``BY_HAND_*`` name, per by-hand exercise, the aten operations an operator-level watch should allow and the
+``BY_HAND_*`` (passed as ``by_hand=ByHand.of(...)``) name, per by-hand exercise, the aten operations it needs and the
 ones that would compute the whole result (none exist for most of these formulas: the shortcuts are the
 course's and diffusers' functions, refused by name through ``forbidden=``).
 """
@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, check_function
 from ..score_sde import ula_step
 from ..score_sde_fokker_planck import fokker_planck_ftcs
@@ -25,14 +26,17 @@ from ..score_sde_fokker_planck import fokker_planck_ftcs
 _ELEMENTARY = ("aten.add", "aten.sub", "aten.mul", "aten.div", "aten.neg", "aten.pow", "aten.sqrt", "aten.exp",
                "aten.log", "aten.sum", "aten.mean", "aten.unsqueeze", "aten.view", "aten.expand", "aten.select",
                "aten.slice", "aten.clone", "aten.copy_", "aten._to_copy", "aten.lift_fresh", "aten.scalar_tensor")
-BY_HAND_LANGEVIN_STEP = {"allowed_ops": _ELEMENTARY, "whole_result_ops": ()}
-BY_HAND_VP_DSM_LOSS = {"allowed_ops": _ELEMENTARY, "whole_result_ops": ("aten.mse_loss",)}
-BY_HAND_VE_PROBABILITY_FLOW_DRIFT = {"allowed_ops": _ELEMENTARY, "whole_result_ops": ()}
-BY_HAND_FOKKER_PLANCK_STEP = {"allowed_ops": ("numpy elementwise arithmetic", "np.pad", "np.concatenate", "slicing"),
+_LESSON = ("course_utils.score_sde",)  # lesson modules refused by hand (course_utils.score_sde_* too)
+BY_HAND_LANGEVIN_STEP = {"modules": _LESSON, "allowed_ops": _ELEMENTARY, "whole_result_ops": ()}
+BY_HAND_VP_DSM_LOSS = {"modules": _LESSON, "allowed_ops": _ELEMENTARY, "whole_result_ops": ("aten.mse_loss",)}
+BY_HAND_VE_PROBABILITY_FLOW_DRIFT = {"modules": _LESSON, "allowed_ops": _ELEMENTARY, "whole_result_ops": ()}
+BY_HAND_FOKKER_PLANCK_STEP = {"modules": _LESSON,
+                              "allowed_ops": ("numpy elementwise arithmetic", "np.pad", "np.concatenate", "slicing"),
                               "whole_result_ops": ()}
-BY_HAND_KARRAS_SIGMAS = {"allowed_ops": _ELEMENTARY + ("aten.linspace", "aten.arange", "aten.cat", "aten.zeros",
+BY_HAND_KARRAS_SIGMAS = {"modules": _LESSON,
+                         "allowed_ops": _ELEMENTARY + ("aten.linspace", "aten.arange", "aten.cat", "aten.zeros",
                                                        "aten.new_zeros", "aten.flip"), "whole_result_ops": ()}
-BY_HAND_EDM_HEUN_SAMPLER = {"allowed_ops": _ELEMENTARY + ("aten._local_scalar_dense", "aten.item"),
+BY_HAND_EDM_HEUN_SAMPLER = {"modules": _LESSON, "allowed_ops": _ELEMENTARY + ("aten._local_scalar_dense", "aten.item"),
                             "whole_result_ops": ()}
 
 _DIFFUSERS = "diffusers.schedulers."
@@ -81,6 +85,7 @@ def check_langevin_step(fn: Callable, *, trials: int = 6, seed: int | None = Non
 
     check_function(
         fn, _reference_langevin_step, _langevin_inputs, name="langevin_step", trials=trials, seed=seed,
+        by_hand=ByHand.of(BY_HAND_LANGEVIN_STEP),
         mistakes=[
             Mistake("score_sign", "sign of the score: Langevin climbs the log-density, x + tau * s(x) + ...",
                     variant(lambda t: -t, lambda t: math.sqrt(2 * t))),
@@ -137,6 +142,7 @@ def check_vp_dsm_loss(fn: Callable, *, trials: int = 6, seed: int | None = None)
 
     check_function(
         fn, _reference_vp_dsm_loss, _vp_dsm_inputs, name="vp_dsm_loss", trials=trials, seed=seed,
+        by_hand=ByHand.of(BY_HAND_VP_DSM_LOSS),
         mistakes=[
             Mistake("no_half", "m(u) = exp(-1/2 * integral of beta); you dropped the 1/2 (that is m(u)^2, the "
                     "variance's factor).", variant(log_m=lambda u, a, b: 2 * _vp_log_mean(u, a, b))),
@@ -185,6 +191,7 @@ def check_ve_probability_flow_drift(fn: Callable, *, trials: int = 6, seed: int 
 
     check_function(
         fn, _reference_ve_probability_flow_drift, _ve_inputs, name="ve_probability_flow_drift", trials=trials,
+        by_hand=ByHand.of(BY_HAND_VE_PROBABILITY_FLOW_DRIFT),
         seed=seed,
         mistakes=[
             Mistake("g2_is_sigma2", "g(u)^2 is the rate d sigma(u)^2 / du = 2 ln(sigma_max/sigma_min) sigma(u)^2, "
@@ -241,6 +248,7 @@ def check_fokker_planck_step(fn: Callable, *, trials: int = 6, seed: int | None 
 
     check_function(
         fn, _reference_fokker_planck_step, _fp_inputs, name="fokker_planck_step", trials=trials, seed=seed,
+        by_hand=ByHand.of(BY_HAND_FOKKER_PLANCK_STEP),
         mistakes=[
             Mistake("drift_sign", "the drift term of Fokker-Planck is -d/dx(mu p) with mu = -theta x, i.e. "
                     "+ d/dx(theta x p): the density flows toward 0.", variant(drift_sign=-1.0)),
@@ -289,6 +297,7 @@ def check_karras_sigmas(fn: Callable, *, trials: int = 6, seed: int | None = Non
 
     check_function(
         fn, _reference_karras_sigmas, _karras_inputs, name="karras_sigmas", trials=trials, seed=seed,
+        by_hand=ByHand.of(BY_HAND_KARRAS_SIGMAS),
         mistakes=[
             Mistake("no_zero", "append sigma_N = 0 after the n levels: the sampler's last step goes to the data.",
                     variant(zero=False)),
@@ -366,6 +375,7 @@ def check_edm_heun_sampler(fn: Callable, *, trials: int = 4, seed: int | None = 
 
     check_function(
         fn, _reference_edm_heun_sampler, _edm_inputs, name="edm_heun_sampler", trials=trials, seed=seed,
+        by_hand=ByHand.of(BY_HAND_EDM_HEUN_SAMPLER),
         mistakes=[
             Mistake("euler", "that is Euler's method: after the Euler step, evaluate the slope again at the new "
                     "point and sigma_{i+1}, and step with the average of the two slopes.", variant(euler=True)),

@@ -12,19 +12,22 @@ from typing import Callable
 import torch
 from torch import nn
 
+from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, check_function
 from ..training_memory import GB, GiB, TransformerShape, activation_bytes_per_layer, count_parameters, saved_tensors
 from ..training_memory_plan import zero_bytes_per_gpu
 
-# For the operator-level by-hand watch (a later change): exercises 1-5 are integer/float formulas (no tensor op
+# For the by-hand watch (passed as by_hand=ByHand.of(BY_HAND_X); "allowed_ops" only documents):
+# exercises 1-5 are integer/float formulas (no tensor op
 # computes them; the course's planners are refused by name), exercise 6 needs the saved-tensors hooks and
 # storage queries, and no aten op computes its result.
-BY_HAND_GQA_PARAMETER_COUNT = {"allowed_ops": (), "whole_result_ops": ()}
-BY_HAND_ADAM_STATE_GIB = {"allowed_ops": (), "whole_result_ops": ()}
-BY_HAND_ACTIVATION_BYTES_TP = {"allowed_ops": (), "whole_result_ops": ()}
-BY_HAND_ZERO2_BYTES = {"allowed_ops": (), "whole_result_ops": ()}
-BY_HAND_MIN_GPUS = {"allowed_ops": (), "whole_result_ops": ()}
-BY_HAND_SAVED_BYTES = {"allowed_ops": ("the module's own forward ops",), "whole_result_ops": ()}
+_LESSON = ("course_utils.training_memory",)  # lesson modules refused by hand (course_utils.training_memory_* too)
+BY_HAND_GQA_PARAMETER_COUNT = {"modules": _LESSON, "allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_ADAM_STATE_GIB = {"modules": _LESSON, "allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_ACTIVATION_BYTES_TP = {"modules": _LESSON, "allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_ZERO2_BYTES = {"modules": _LESSON, "allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_MIN_GPUS = {"modules": _LESSON, "allowed_ops": (), "whole_result_ops": ()}
+BY_HAND_SAVED_BYTES = {"modules": _LESSON, "allowed_ops": ("the module's own forward ops",), "whole_result_ops": ()}
 
 
 # ---------------------------------------------------------------- exercise 1: GQA parameter count
@@ -84,6 +87,7 @@ def check_gqa_parameter_count(fn: Callable, *, seed: int | None = None, trials: 
         return {**_gqa_inputs(rng), "tied": tied, "qkv_bias": qkv_bias}
 
     check_function(fn, ref, inputs, name="gqa_parameter_count", trials=trials, seed=seed, mistakes=mistakes,
+                   by_hand=ByHand.of(BY_HAND_GQA_PARAMETER_COUNT),
                    forbidden=("course_utils.training_memory.count_parameters",
                               "course_utils.training_memory.parameter_breakdown",
                               "course_utils.grading.training_memory._reference_gqa_parameter_count"))
@@ -115,6 +119,7 @@ def check_adam_state_gib(fn: Callable, *, seed: int | None = None, trials: int =
                 lambda n, w, g: n * (w + g + (4 if w < 4 else 0)) / GiB),
     ]
     check_function(fn, _reference_adam_state_gib, _adam_inputs, name="adam_state_gib", trials=trials, seed=seed,
+                   by_hand=ByHand.of(BY_HAND_ADAM_STATE_GIB),
                    mistakes=mistakes, forbidden=("course_utils.training_memory.model_state_bytes",
                                                  "course_utils.grading.training_memory._reference_adam_state_gib"))
 
@@ -147,6 +152,7 @@ def check_activation_bytes_tp(fn: Callable, *, seed: int | None = None, trials: 
                 lambda s, b, h, a, t, sel: ref(s, b, h, a, t, False)),
     ]
     check_function(fn, ref, _act_inputs, name="activation_bytes_tp", trials=trials, seed=seed, mistakes=mistakes,
+                   by_hand=ByHand.of(BY_HAND_ACTIVATION_BYTES_TP),
                    forbidden=("course_utils.training_memory.activation_bytes_per_layer",
                               "course_utils.grading.training_memory._reference_activation_bytes_tp"))
 
@@ -179,6 +185,7 @@ def check_zero2_bytes(fn: Callable, *, seed: int | None = None, trials: int = 6)
         Mistake("stage 0", "ZeRO-2 shards the optimizer state and the gradients over the N_d ranks.", stage(0)),
     ]
     check_function(fn, _reference_zero2_bytes, _zero2_inputs, name="zero2_bytes", trials=trials, seed=seed,
+                   by_hand=ByHand.of(BY_HAND_ZERO2_BYTES),
                    mistakes=mistakes, forbidden=("course_utils.training_memory_plan.zero_bytes_per_gpu",
                                                  "course_utils.grading.training_memory._reference_zero2_bytes"))
 
@@ -226,6 +233,7 @@ def check_min_gpus(fn: Callable, *, seed: int | None = None, trials: int = 6) ->
                 lambda n, act, gpu: _gpus_for(n, act, gpu, rounding=lambda v: math.floor(v) + 1)),
     ]
     check_function(fn, _reference_min_gpus, _min_gpus_inputs(), name="min_gpus", trials=trials, seed=seed,
+                   by_hand=ByHand.of(BY_HAND_MIN_GPUS),
                    mistakes=mistakes, forbidden=("course_utils.grading.training_memory._reference_min_gpus",))
 
 
@@ -368,6 +376,7 @@ def check_saved_bytes(fn: Callable, *, seed: int | None = None, trials: int = 5)
                 lambda module, x: _count_saved(module, x, key=_storage_key, size=_view_size)),
     ]
     check_function(fn, _reference_saved_bytes_beyond_input, _probe_inputs(), name="saved_bytes", trials=trials,
+                   by_hand=ByHand.of(BY_HAND_SAVED_BYTES),
                    seed=seed, mistakes=mistakes, check_inputs_unchanged=False,
                    forbidden=("course_utils.training_memory.SavedTensorLog.pack", "course_utils.training_memory.saved_bytes",
                               "course_utils.grading.training_memory._reference_saved_bytes_beyond_input"))

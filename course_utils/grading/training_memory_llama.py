@@ -12,9 +12,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, check_function
 
-BY_HAND_LLAMA_MLP_SAVED_BYTES = {"allowed_ops": (), "whole_result_ops": ()}  # integer arithmetic; no tensor op
+_LESSON = ("course_utils.training_memory",)  # lesson modules refused by hand (course_utils.training_memory_* too)
+BY_HAND_LLAMA_MLP_SAVED_BYTES = {"modules": _LESSON,
+                                 "allowed_ops": (), "whole_result_ops": ()}  # integer arithmetic; no tensor op
 
 
 class LlamaMLPHalf(nn.Module):
@@ -73,6 +76,7 @@ def check_llama_mlp_saved_bytes(fn: Callable, *, trials: int = 6, seed: int | No
 
     check_function(
         fn, _reference_llama_mlp_saved_bytes, _inputs, name="llama_mlp_saved_bytes", trials=trials, seed=seed,
+        by_hand=ByHand.of(BY_HAND_LLAMA_MLP_SAVED_BYTES),
         rtol=0.0, atol=0.0,
         mistakes=[
             Mistake("extra_th", "one (tokens, hidden) tensor too many: the input x exists anyway, and W1 and W3 save "

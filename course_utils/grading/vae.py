@@ -13,24 +13,31 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, call_learner, check_function, fresh_seed
 from ..errors import CheckFailed
 from ..vae import LOG_2PI, bernoulli_log_prob, diag_gaussian_kl, gaussian_log_prob, reparameterize
 
-# For the operator-level by-hand watch (a later change): per exercise, the elementary aten ops it needs and the
+# For the by-hand watch (passed as by_hand=ByHand.of(BY_HAND_X); "allowed_ops" only documents):
+# per exercise, the elementary aten ops it needs and the
 # ones that compute the whole result. torch.distributions computes these in plain aten ops, so it stays refused
 # by name (``forbidden=``) as well.
 _ELEMENTWISE = ("aten.add", "aten.sub", "aten.mul", "aten.div", "aten.neg", "aten.pow", "aten.exp", "aten.log",
                 "aten.sum", "aten.mean", "aten.sqrt", "aten.square", "aten.unsqueeze", "aten.expand", "aten.view")
-BY_HAND_KL_DIAG_GAUSSIANS = {"allowed_ops": _ELEMENTWISE, "whole_result_ops": ()}
-BY_HAND_KL_MONTE_CARLO = {"allowed_ops": _ELEMENTWISE, "whole_result_ops": ()}
-BY_HAND_GAUSSIAN_LOG_LIKELIHOOD = {"allowed_ops": _ELEMENTWISE, "whole_result_ops": ("aten.gaussian_nll_loss",)}
-BY_HAND_BERNOULLI_LOG_LIKELIHOOD = {"allowed_ops": _ELEMENTWISE + ("aten.log_sigmoid_forward", "aten.softplus"),
+_LESSON = ("course_utils.vae",)  # lesson modules refused by hand (course_utils.vae_* too)
+BY_HAND_KL_DIAG_GAUSSIANS = {"modules": _LESSON, "allowed_ops": _ELEMENTWISE, "whole_result_ops": ()}
+BY_HAND_KL_MONTE_CARLO = {"modules": _LESSON, "allowed_ops": _ELEMENTWISE, "whole_result_ops": ()}
+# F.gaussian_nll_loss is composite Python (no aten packet of its own): refused by name.
+BY_HAND_GAUSSIAN_LOG_LIKELIHOOD = {"modules": _LESSON, "allowed_ops": _ELEMENTWISE, "whole_result_ops": (),
+                                   "names": ("torch.nn.functional.gaussian_nll_loss",)}
+BY_HAND_BERNOULLI_LOG_LIKELIHOOD = {"modules": _LESSON,
+                                    "allowed_ops": _ELEMENTWISE + ("aten.log_sigmoid_forward", "aten.softplus"),
                                     "whole_result_ops": ("aten.binary_cross_entropy_with_logits",
                                                          "aten.binary_cross_entropy")}
-BY_HAND_NEGATIVE_ELBO = {"allowed_ops": _ELEMENTWISE + ("aten.log_sigmoid_forward", "aten.softplus"),
-                         "whole_result_ops": ()}
-BY_HAND_IWAE_BOUND = {"allowed_ops": _ELEMENTWISE + ("aten.logsumexp", "aten.amax", "aten.max"),
+BY_HAND_NEGATIVE_ELBO = {"modules": _LESSON, "allowed_ops": _ELEMENTWISE + ("aten.log_sigmoid_forward", "aten.softplus"),
+                         "whole_result_ops": (),
+                         "allow": ("course_utils.vae.bernoulli_log_prob",)}  # the prompt lets the learner call it
+BY_HAND_IWAE_BOUND = {"modules": _LESSON, "allowed_ops": _ELEMENTWISE + ("aten.logsumexp", "aten.amax", "aten.max"),
                       "whole_result_ops": ()}
 
 _DISTRIBUTIONS = ("torch.distributions.kl_divergence", "torch.distributions.Normal.log_prob",
@@ -76,6 +83,7 @@ def check_kl_diag_gaussians(kl_fn: Callable, *, trials: int = 4, seed: int | Non
                 lambda mq, lq, mp, lp: diag_gaussian_kl(mq, lq, mp, lp) + (lq - lp).sum(-1)),
     ]
     check_function(kl_fn, diag_gaussian_kl, _gauss_inputs, name="kl_diag_gaussians", trials=trials, seed=seed,
+                   by_hand=ByHand.of(BY_HAND_KL_DIAG_GAUSSIANS),
                    mistakes=mistakes, forbidden=(*_DISTRIBUTIONS, "course_utils.vae.diag_gaussian_kl"))
 
 
@@ -130,6 +138,7 @@ def check_kl_monte_carlo(kl_mc_fn: Callable, *, trials: int = 3, seed: int | Non
     forbidden = (*_DISTRIBUTIONS, "course_utils.vae.diag_gaussian_kl", "course_utils.vae.gaussian_log_prob",
                  "course_utils.grading.vae._reference_kl_monte_carlo")
     check_function(kl_mc_fn, _reference_kl_monte_carlo, make_inputs, name="kl_monte_carlo", trials=trials, seed=seed,
+                   by_hand=ByHand.of(BY_HAND_KL_MONTE_CARLO),
                    mistakes=mistakes, forbidden=forbidden, quiet=True)
     # Closed form vs Monte Carlo with many samples.
     rng = np.random.default_rng([seed, 77])
@@ -178,6 +187,7 @@ def check_gaussian_log_likelihood(loglik_fn: Callable, *, trials: int = 4, seed:
                 lambda *a: -gaussian_log_prob(*a)),
     ]
     check_function(loglik_fn, gaussian_log_prob, make_inputs, name="gaussian_log_likelihood", trials=trials,
+                   by_hand=ByHand.of(BY_HAND_GAUSSIAN_LOG_LIKELIHOOD),
                    seed=seed, mistakes=mistakes, forbidden=(*_DISTRIBUTIONS, "course_utils.vae.gaussian_log_prob"))
 
 
@@ -206,6 +216,7 @@ def check_bernoulli_log_likelihood(loglik_fn: Callable, *, trials: int = 4, seed
     forbidden = ("torch.distributions.Bernoulli.log_prob", "torch.distributions.ContinuousBernoulli.log_prob",
                  "course_utils.vae.bernoulli_log_prob")
     check_function(loglik_fn, bernoulli_log_prob, make_inputs, name="bernoulli_log_likelihood", trials=trials,
+                   by_hand=ByHand.of(BY_HAND_BERNOULLI_LOG_LIKELIHOOD),
                    seed=seed, mistakes=mistakes, forbidden=forbidden, quiet=True)
     # Large logits in float32: sigmoid rounds to exactly 0 or 1 and log(0) appears in a naive version.
     rng = np.random.default_rng([seed, 5])
@@ -277,6 +288,7 @@ def check_negative_elbo(neg_elbo_fn: Callable, *, trials: int = 3, seed: int | N
                 variant(lambda r, k, x: (k - r).mean(), lambda m, l, e: m + 0 * e)),
     ]
     check_function(neg_elbo_fn, _reference_negative_elbo, make_inputs, name="negative_elbo", trials=trials, seed=seed,
+                   by_hand=ByHand.of(BY_HAND_NEGATIVE_ELBO),
                    mistakes=mistakes, forbidden=(*_DISTRIBUTIONS, "course_utils.grading.vae._reference_negative_elbo"))
 
 
@@ -326,6 +338,7 @@ def check_iwae_bound(iwae_fn: Callable, *, trials: int = 4, seed: int | None = N
     seed = fresh_seed(seed)
     forbidden = (*_DISTRIBUTIONS, "course_utils.grading.vae._reference_iwae_bound")
     check_function(iwae_fn, _reference_iwae_bound, make_inputs, name="iwae_bound", trials=trials, seed=seed,
+                   by_hand=ByHand.of(BY_HAND_IWAE_BOUND),
                    mistakes=mistakes, forbidden=forbidden, quiet=True)
     # The bound tightens toward log p(x) as K grows, on a model with a known marginal. Fixed draws (the
     # exact comparison above already used fresh ones), so that the printed gaps are the same every run.

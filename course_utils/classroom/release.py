@@ -1,0 +1,225 @@
+"""A release for learners: ``python -m course_utils release OUT``.
+
+Writes what learners get: the lessons (``notebooks/``), the problem sets (``exercises/``) and a course
+package whose ``course_utils.grading`` holds **no reference implementation**: each ``check_*`` function
+replays a *bank* recorded here from the real references, at release time. For every check built on
+:func:`~course_utils.classroom.checking.check_function`, the bank holds fixed inputs drawn from the check's
+own input maker, the reference's outputs on them, and the outputs of every named mistake; the released
+check calls the learner's function on those inputs, compares at the check's tolerance, and names the
+mistake whose recorded output the learner's matches. The instructor's grader keeps fresh inputs and the
+real references. No ``solutions/``, no tests, no benchmark scripts are copied.
+
+A check that does not go through ``check_function`` directly (a wrapper that adapts the learner's call, a
+distributed run), or whose inputs cannot be stored as data, is released as a check that says so and
+passes nothing: the learner is told that this exercise is checked only by the instructor's grader.
+Self-study from the repository (``solutions/``, ``exercises/`` and the real ``course_utils.grading``)
+stays as it is.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import io
+import pickle
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from ..paths import ROOT
+from . import checking
+
+__all__ = ["ReleaseError", "record_module", "build_release", "BANK_TRIALS"]
+
+BANK_TRIALS = 4          # fixed inputs per check in the bank
+BANK_SEED = 20_261_203   # the release's inputs; the grader draws fresh ones
+_MARKERS = re.compile(r"### BEGIN SOLUTION|### BEGIN HIDDEN TESTS")
+
+
+class ReleaseError(RuntimeError):
+    """The release could not be written (the output folder is inside the repository, not empty...)."""
+
+
+class _Recorded(Exception):
+    pass
+
+
+def _copy(x):
+    return checking._copy_inputs([x])[0] if not isinstance(x, (list, tuple, dict)) else pickle.loads(pickle.dumps(x))
+
+
+def _recorder(sink: list, probe):
+    def check_function(learner_fn, reference_fn, make_inputs, *, name, trials=3, seed=None, rtol=None, atol=None, n=None,
+                       mistakes=(), check_inputs_unchanged=True, forbidden=(), quiet=False, **_later_options):
+        direct = learner_fn is probe or _passes_through(learner_fn, probe, make_inputs)
+        entry = {"name": name, "direct": direct, "rtol": rtol, "atol": atol, "n": n,
+                 "check_inputs_unchanged": check_inputs_unchanged, "forbidden": [f for f in forbidden
+                                                                                 if not f.startswith("course_utils.grading")],
+                 "trials": []}
+        for trial in range(BANK_TRIALS):
+            rng = np.random.default_rng([BANK_SEED, trial])
+            args, kwargs = checking._as_args(make_inputs(rng))
+            originals = checking._copy_inputs(args)
+            want = reference_fn(*checking._copy_inputs(originals), **kwargs)
+            wrong = []
+            for mistake in mistakes:
+                try:
+                    wrong.append((mistake.hint, mistake.fn(*checking._copy_inputs(originals), **kwargs)))
+                except Exception:  # a variant that cannot run on these inputs never matches
+                    continue
+            entry["trials"].append({"args": originals, "kwargs": kwargs, "want": want, "mistakes": wrong})
+        sink.append(entry)
+        raise _Recorded
+
+    return check_function
+
+
+class _ProbeCalled(Exception):
+    pass
+
+
+def _passes_through(wrapper, probe, make_inputs) -> bool:
+    """A check that wraps the learner's function (a guard around the call) but hands it the inputs unchanged."""
+    rng = np.random.default_rng([BANK_SEED, 0])
+    args, kwargs = checking._as_args(make_inputs(rng))
+    originals = checking._copy_inputs(args)
+    probe.seen = None
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            wrapper(*args, **kwargs)
+    except Exception:  # _ProbeCalled, or call_learner's report of it: what matters is what the probe saw
+        pass
+    if probe.seen is None:
+        return False
+    seen_args, seen_kwargs = probe.seen
+    return (len(seen_args) == len(originals) and set(seen_kwargs) == set(kwargs)
+            and all(checking._same_input(a, b) for a, b in zip(seen_args, originals)))
+
+
+def _storable(entry: dict) -> bytes | None:
+    try:
+        data = pickle.dumps(entry, protocol=4)
+    except Exception:  # lambdas, generators, modules among the inputs
+        return None
+    if b"course_utils.grading" in data or b"course_utils.classroom" in data:
+        return None
+    return data
+
+
+def record_module(module_name: str) -> dict[str, bytes | None]:
+    """For each ``check_*`` of ``course_utils.grading.<module_name>``: its pickled bank, or None if it has none."""
+    module = importlib.import_module(f"course_utils.grading.{module_name}")
+    out: dict[str, bytes | None] = {}
+    for attr, fn in sorted(vars(module).items()):
+        # its own checks and those it re-exports from a sibling module (convolution -> convolution_backward)
+        if not (attr.startswith("check_") and inspect.isfunction(fn) and fn.__module__.startswith("course_utils.grading.")):
+            continue
+
+        def probe(*args, **kwargs):
+            if getattr(probe, "seen", 0) is None:  # asked by _passes_through: what does the wrapper hand over?
+                probe.seen = (args, kwargs)
+                raise _ProbeCalled
+            raise NotImplementedError("release probe")
+
+        sink: list = []
+        home = fn.__globals__  # the defining module's namespace: where the check looks check_function up
+        saved = home.get("check_function")
+        if saved is None:
+            out[attr] = None
+            continue
+        home["check_function"] = _recorder(sink, probe)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                fn(probe)
+        except _Recorded:
+            pass
+        except Exception:  # the check needs more than check_function (its own loop, a process group...)
+            sink = []
+        finally:
+            home["check_function"] = saved
+        entry = sink[0] if len(sink) == 1 and sink[0]["direct"] else None
+        out[attr] = _storable(entry) if entry is not None else None
+    return out
+
+
+_MODULE_TEMPLATE = '''"""Self-checks of the released course for {module}: no reference implementation is in this file.
+
+Each check replays a bank recorded from the course's references when this release was made: fixed
+inputs, the expected outputs and the outputs of the named mistakes (``_bank/{module}.pkl``). The
+instructor's grader checks your functions again, on fresh inputs.
+"""
+from course_utils.classroom.bank import replay, unavailable
+
+{functions}'''
+
+
+def _module_source(module: str, banks: dict[str, bytes | None]) -> str:
+    parts = []
+    for check, data in banks.items():
+        if data is None:
+            parts.append(f"def {check}(fn, *args, **kwargs):\n    unavailable({module!r}, {check!r})\n\n")
+        else:
+            parts.append(f"def {check}(fn, *args, **kwargs):\n    replay({module!r}, {check!r}, fn)\n\n")
+    return _MODULE_TEMPLATE.format(module=module, functions="\n".join(parts))
+
+
+def reference_names(root: Path = ROOT) -> set[str]:
+    """The grading modules' own top-level private functions and classes (the references and their helpers):
+    none may appear in a release. Names that other course modules also define (shared helpers) are left out."""
+    def top_level(path: Path) -> set[str]:
+        return set(re.findall(r"^(?:def|class)\s+(_\w+)", path.read_text(), flags=re.M))
+
+    grading = set().union(*(top_level(p) for p in (root / "course_utils" / "grading").glob("*.py")))
+    elsewhere = set().union(*(top_level(p) for p in (root / "course_utils").rglob("*.py") if "grading" not in p.parts))
+    return {n for n in grading - elsewhere if not n.startswith("__") and len(n) > 6}
+
+
+def find_leaks(out: Path, root: Path = ROOT) -> list[str]:
+    """Files of a release that hold a solution marker (notebooks) or a grading module's own name (code)."""
+    names = reference_names(root)
+    pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, names))) + r")\b")
+    leaks = []
+    for path in sorted(out.rglob("*")):
+        if path.suffix == ".ipynb" and _MARKERS.search(path.read_text(errors="replace")):
+            leaks.append(f"{path.relative_to(out)} (a solution marker)")
+        elif path.suffix in (".py", ".ipynb") and (hit := pattern.search(path.read_text(errors="replace"))):
+            leaks.append(f"{path.relative_to(out)} ({hit.group(1)})")
+    if (out / "solutions").exists():
+        leaks.append("solutions/")
+    return leaks
+
+
+def build_release(out: Path | str, root: Path = ROOT, modules: list[str] | None = None, log=print) -> dict:
+    """Write the learners' release into ``out``; return {module: {check: has_bank}}."""
+    out = Path(out).resolve()
+    if out.exists() and any(out.iterdir()):
+        raise ReleaseError(f"{out}: not empty; pass a new folder for the release.")
+    if root.resolve() in out.parents or out == root.resolve():
+        raise ReleaseError(f"{out}: inside the repository; pass a folder outside it.")
+    out.mkdir(parents=True, exist_ok=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("notebooks", "exercises"):
+        shutil.copytree(root / folder, out / folder, ignore=ignore)
+    shutil.copytree(root / "course_utils", out / "course_utils", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "grading"))
+    for name in ("README.md", "LICENSE", "LICENSE-text.md", "pyproject.toml", "constraints.txt"):
+        if (root / name).exists():
+            shutil.copy(root / name, out / name)
+    grading = out / "course_utils" / "grading"
+    (grading / "_bank").mkdir(parents=True)
+    (grading / "__init__.py").write_text('"""Released self-checks: banks recorded from the references, no reference code."""\n')
+    names = modules or sorted(p.stem for p in (root / "course_utils" / "grading").glob("*.py") if not p.stem.startswith("_"))
+    summary = {}
+    for module in names:
+        banks = record_module(module)
+        if not banks:
+            continue
+        (grading / f"{module}.py").write_text(_module_source(module, banks))
+        (grading / "_bank" / f"{module}.pkl").write_bytes(pickle.dumps({k: v for k, v in banks.items() if v is not None}))
+        summary[module] = {k: v is not None for k, v in banks.items()}
+        log(f"{module}: {sum(summary[module].values())} of {len(banks)} checks with a bank")
+    leaks = find_leaks(out, root)
+    if leaks:
+        raise ReleaseError(f"the release would contain solutions or references in {', '.join(leaks[:5])}; fix the copy rules.")
+    return summary
