@@ -54,8 +54,6 @@ def test_grading_modules_are_imported_as_grading(tmp_path):
     assert code(path) == ["from course_utils.grading import gemm as grading\ngrading.check_linear(f)"]
 
 
-@pytest.mark.xfail(strict=True, reason="the notebooks are rewritten once every branch is merged: "
-                   "python -m course_utils.devtools.aliases --fix && python -m course_utils exercises (then drop this mark)")
 def test_every_committed_notebook_uses_the_one_alias_per_module():
     found = aliases.check()
     assert not found, [f"{f.notebook}: {f.module} as {f.old} (use {f.new})" for f in found]

@@ -17,7 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import colab_setup_cell as csc  # noqa: E402
 
-PATCHED = ["notebooks/02_mixed_precision.ipynb", "notebooks/05_gemm_triton.ipynb", "notebooks/06_flash_attention.ipynb"]
+# Every lesson, solution and exercise: one lesson and one problem set run the cell here; all are checked patched.
+PATCHED = ["notebooks/02_mixed_precision.ipynb", "solutions/12_score_sde.ipynb", "exercises/05_gemm_triton.ipynb"]
+EVERY = sorted(str(p.relative_to(ROOT)) for folder in ("notebooks", "solutions", "exercises")
+               for p in (ROOT / folder).glob("*.ipynb"))
 
 PIP_STUB = '''import sys, pathlib
 here = pathlib.Path(__file__).resolve().parents[2]   # stubs/pip/__main__.py -> the test's folder
@@ -79,3 +82,9 @@ def test_the_patch_is_idempotent_and_keeps_the_setup_call(tmp_path):
         assert csc.patched_source(_first_cell(notebook)) == _first_cell(notebook)
     with pytest.raises(ValueError, match="has no 'from course_utils import setup'"):
         csc.patched_source("import torch")
+
+
+@pytest.mark.parametrize("notebook", EVERY)
+def test_every_notebook_installs_the_course_in_colab(notebook):
+    source = _first_cell(notebook)
+    assert csc.patched_source(source) == source, f"{notebook}: run python tools/colab_setup_cell.py --all"
