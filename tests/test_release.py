@@ -197,3 +197,18 @@ def test_release_refuses_a_folder_inside_the_repository():
 
     with pytest.raises(ReleaseError, match="outside"):
         build_release(ROOT / "build_release_here")
+
+
+def test_a_size_limit_given_as_a_function_is_stored_per_fixed_input():
+    import numpy as np
+
+    from course_utils.classroom.forbidden import ByHand
+    from course_utils.classroom.release import _by_hand_fields, _by_hand_limits
+
+    spec = ByHand(names=("torch.mm", "course_utils.grading.foundations._reference_c_strides"),
+                  max_numel=lambda args, kwargs: 2 * args[0].size)
+    fields = _by_hand_fields(spec)
+    assert "max_numel" not in fields and fields["names"] == ("torch.mm",)
+    limits = _by_hand_limits(spec, (np.zeros((3, 4)),), {})
+    assert limits == {"max_numel": 24}
+    assert ByHand(**fields, **limits).max_numel == 24 and pickle.dumps(fields)
