@@ -2,8 +2,9 @@
 
 The bank of one check holds fixed inputs, the reference's outputs on them and the outputs of the named
 mistakes, all recorded from the course's references when the release was made. :func:`replay` calls the
-learner's function on those inputs with the same comparison and messages as
-:func:`~course_utils.classroom.checking.check_function`, without any reference code.
+learner's function on those inputs with the same comparison, by-hand watch (``by_hand=``, its size limits
+evaluated on each fixed input) and messages as :func:`~course_utils.classroom.checking.check_function`,
+without any reference code.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ..checks import _close, _flatten, _is_array, _validate
 from ..errors import CheckFailed
 from ..tolerances import TOLERANCES, tolerance_for
 from .checking import _copy_inputs, _describe_inputs, _difference_message, _is_dtype_problem, _same_input, call_learner
+from .forbidden import ByHand
 
 __all__ = ["replay", "unavailable"]
 
@@ -44,7 +46,10 @@ def replay(module: str, check: str, learner_fn) -> None:
         args, kwargs, want = _copy_inputs(trial["args"]), dict(trial["kwargs"]), trial["want"]
         where = f" (fixed input {index + 1} of {len(trials)}, {_describe_inputs(args, kwargs)})"
         originals = _copy_inputs(args)
-        got = call_learner(name, learner_fn, args, kwargs, forbidden=entry["forbidden"])
+        # the check's by-hand watch, its size limits as recorded for this input (banks without one: none)
+        fields = entry.get("by_hand")
+        by_hand = ByHand(**fields, **trial.get("limits", {})) if fields is not None else None
+        got = call_learner(name, learner_fn, args, kwargs, forbidden=entry["forbidden"], by_hand=by_hand, where=where)
         if entry["check_inputs_unchanged"] and not all(_same_input(a, b) for a, b in zip(args, originals)):
             raise CheckFailed(f"{name}: your function modified its input in place; work on a copy (or a new array) instead.")
         first = _flatten(want)[0]

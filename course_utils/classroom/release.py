@@ -22,6 +22,7 @@ import importlib
 import inspect
 import io
 import pickle
+import pickletools
 import re
 import shutil
 from pathlib import Path
@@ -30,6 +31,7 @@ import numpy as np
 
 from ..paths import ROOT
 from . import checking
+from .forbidden import ByHand
 
 __all__ = ["ReleaseError", "record_module", "build_release", "BANK_TRIALS"]
 
@@ -52,12 +54,14 @@ def _copy(x):
 
 def _recorder(sink: list, probe):
     def check_function(learner_fn, reference_fn, make_inputs, *, name, trials=3, seed=None, rtol=None, atol=None, n=None,
-                       mistakes=(), check_inputs_unchanged=True, forbidden=(), quiet=False, **_later_options):
+                       mistakes=(), check_inputs_unchanged=True, forbidden=(), by_hand=None, quiet=False,
+                       **_later_options):
         direct = learner_fn is probe or _passes_through(learner_fn, probe, make_inputs)
+        spec = ByHand.of(by_hand)
         entry = {"name": name, "direct": direct, "rtol": rtol, "atol": atol, "n": n,
                  "check_inputs_unchanged": check_inputs_unchanged, "forbidden": [f for f in forbidden
                                                                                  if not f.startswith("course_utils.grading")],
-                 "trials": []}
+                 "by_hand": _by_hand_fields(spec), "trials": []}
         for trial in range(BANK_TRIALS):
             rng = np.random.default_rng([BANK_SEED, trial])
             args, kwargs = checking._as_args(make_inputs(rng))
@@ -69,11 +73,34 @@ def _recorder(sink: list, probe):
                     wrong.append((mistake.hint, mistake.fn(*checking._copy_inputs(originals), **kwargs)))
                 except Exception:  # a variant that cannot run on these inputs never matches
                     continue
-            entry["trials"].append({"args": originals, "kwargs": kwargs, "want": want, "mistakes": wrong})
+            entry["trials"].append({"args": originals, "kwargs": kwargs, "want": want, "mistakes": wrong,
+                                    "limits": _by_hand_limits(spec, originals, kwargs)})
         sink.append(entry)
         raise _Recorded
 
     return check_function
+
+
+_LIMITS = ("max_numel", "max_traced_bytes")  # ByHand fields that may be functions of the call's (args, kwargs)
+
+
+def _by_hand_fields(spec: ByHand | None) -> dict | None:
+    """A check's by-hand watch as plain data (the release's ``ByHand(**fields)``): names of the grading modules
+    (references, absent from a release) are left out, and size limits given as functions are stored per input
+    by :func:`_by_hand_limits`."""
+    if spec is None:
+        return None
+    fields = {f: getattr(spec, f) for f in spec.__dataclass_fields__ if f not in _LIMITS or not callable(getattr(spec, f))}
+    fields["names"] = tuple(n for n in spec.names if not n.startswith("course_utils.grading"))
+    return fields
+
+
+def _by_hand_limits(spec: ByHand | None, args, kwargs) -> dict:
+    """The size limits that ``spec`` computes from a call's inputs, evaluated on one fixed input of the bank."""
+    if spec is None:
+        return {}
+    return {f: int(getattr(spec, f)(tuple(checking._copy_inputs(args)), dict(kwargs)))
+            for f in _LIMITS if callable(getattr(spec, f))}
 
 
 class _ProbeCalled(Exception):
@@ -176,16 +203,46 @@ def reference_names(root: Path = ROOT) -> set[str]:
     return {n for n in grading - elsewhere if not n.startswith("__") and len(n) > 6}
 
 
+def pickled_strings(data: bytes) -> list[str]:
+    """Every string a pickle holds (dictionary keys, texts, the module and name of a pickled function or class),
+    read from its opcodes without unpickling anything; pickles nested as bytes (a module's bank of banks) too."""
+    found: list[str] = []
+    try:
+        ops = list(pickletools.genops(data))
+    except Exception:  # not a pickle (the raw bytes of an array)
+        return found
+    for _, arg, _ in ops:
+        if isinstance(arg, str):
+            found.append(arg)  # GLOBAL's "module name" too: the patterns below match whole identifiers
+        elif isinstance(arg, (bytes, bytearray)) and arg[:1] == b"\x80":
+            found.extend(pickled_strings(bytes(arg)))
+    return found
+
+
+def _leak_pattern(names: set[str]) -> re.Pattern:
+    # whole identifiers only: a grading helper's name is a leak, the same letters inside a longer name (the
+    # bank key "check_..._unchanged" holds those of an input maker's name) are not
+    return re.compile(r"(?<![\w])(" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + r")(?![\w])")
+
+
 def find_leaks(out: Path, root: Path = ROOT) -> list[str]:
-    """Files of a release that hold a solution marker (notebooks) or a grading module's own name (code)."""
+    """Files of a release that hold a solution marker (notebooks), a grading module's own private name (code,
+    notebooks, and the strings of the banks: a pickled reference is stored as its module and name) or the
+    grading modules' package path inside a bank."""
     names = reference_names(root)
-    pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, names))) + r")\b")
+    pattern = _leak_pattern(names)
     leaks = []
     for path in sorted(out.rglob("*")):
         if path.suffix == ".ipynb" and _MARKERS.search(path.read_text(errors="replace")):
             leaks.append(f"{path.relative_to(out)} (a solution marker)")
         elif path.suffix in (".py", ".ipynb") and (hit := pattern.search(path.read_text(errors="replace"))):
             leaks.append(f"{path.relative_to(out)} ({hit.group(1)})")
+        elif path.suffix == ".pkl":
+            strings = pickled_strings(path.read_bytes())
+            hit = next((m.group(1) for t in strings if (m := pattern.search(t))), None)
+            hit = hit or next((t for t in strings if "course_utils.grading" in t), None)
+            if hit:
+                leaks.append(f"{path.relative_to(out)} ({hit})")
     if (out / "solutions").exists():
         leaks.append("solutions/")
     return leaks
