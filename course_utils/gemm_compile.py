@@ -176,15 +176,33 @@ def compile_cases(todo: list[Case], *, processes: int = 2, keep_ptx: bool = Fals
                 except ValueError:
                     pass
         missing = [i for i in range(len(todo)) if i not in found]
-        fresh = compile_cases([todo[i] for i in missing], processes=processes, keep_ptx=keep_ptx, timeout=timeout,
-                              cache=False) if missing else []
         _cache_dir().mkdir(parents=True, exist_ok=True)
-        for i, c in zip(missing, fresh):
-            tmp = _cache_dir() / f"{keys[i]}.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(asdict(c)))
-            tmp.replace(_cache_dir() / f"{keys[i]}.json")
-            found[i] = asdict(c)
+        errors = []
+        batch = max(1, processes) * 8     # kept on disk batch by batch: an interrupted run keeps what it compiled
+        for start in range(0, len(missing), batch):
+            part = missing[start:start + batch]
+            for i, data in zip(part, _compile_raw([todo[i] for i in part], processes, keep_ptx, timeout)):
+                if "error" in data:
+                    errors.append(f"{todo[i].label} sm_{todo[i].arch}: {data['error']}")
+                    continue
+                tmp = _cache_dir() / f"{keys[i]}.{os.getpid()}.tmp"
+                tmp.write_text(json.dumps(data))
+                tmp.replace(_cache_dir() / f"{keys[i]}.json")
+                found[i] = data
+        if errors:
+            raise CompileError("; ".join(errors))
         return [Compiled(**found[i]) for i in range(len(todo))]
+    results = _compile_raw(todo, processes, keep_ptx, timeout)
+    errors = [f"{todo[i].label} sm_{todo[i].arch}: {r['error']}" for i, r in enumerate(results) if "error" in r]
+    if errors:
+        raise CompileError("; ".join(errors))
+    return [Compiled(**r) for r in results]
+
+
+def _compile_raw(todo: list, processes: int, keep_ptx: bool, timeout: int) -> list[dict]:
+    """Each case compiled in one of ``processes`` fresh processes: its Compiled fields, or ``{"error": ...}``."""
+    from .gpu_compile import CompileError
+
     env = dict(os.environ, TRITON_INTERPRET="0", TRITON_DEFAULT_FP_FUSION="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     chunks = [list(range(len(todo)))[i::processes] for i in range(max(1, processes))]
@@ -206,10 +224,7 @@ def compile_cases(todo: list[Case], *, processes: int = 2, keep_ptx: bool = Fals
             raise CompileError(f"compile process failed: {(err.strip().splitlines() or ['no output'])[-1]}")
         for i, data in zip(chunk, json.loads(out)):
             results[i] = data
-    errors = [f"{todo[i].label} sm_{todo[i].arch}: {r['error']}" for i, r in enumerate(results) if "error" in r]
-    if errors:
-        raise CompileError("; ".join(errors))
-    return [Compiled(**r) for r in results]
+    return results
 
 
 def _main() -> int:
