@@ -14,7 +14,8 @@ from course_utils import score_sde_fokker_planck as sfp
 from course_utils import score_sde_solvers as sv
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import score_sde as gs
-from _grading_helpers import SEED, each_mistake_is_named, fails_with, forbidden, right_answers_pass  # noqa: E402
+from _grading_helpers import (SEED, each_mistake_is_named, fails, fails_with, forbidden, passes, pasted,  # noqa: E402
+                              right_answers_pass)
 
 
 # ---------------------------------------------------------------- solutions, as in solutions/12, and other right answers
@@ -66,43 +67,44 @@ def fp_other(p, x, dt, theta, sigma):  # product rule: theta p + theta x dp/dx, 
     return p + dt * (theta * first @ (x * p) + sigma**2 / 2 * second @ p)
 
 
-def karras_solution(n, sigma_min, sigma_max, rho):
-    ramp = torch.arange(n, dtype=torch.float64) / (n - 1)
-    hi, lo = sigma_max ** (1 / rho), sigma_min ** (1 / rho)
-    return torch.cat([(hi + ramp * (lo - hi)) ** rho, torch.zeros(1, dtype=torch.float64)])
+def churn_solution(x, sigma, n_steps, s_churn, s_tmin, s_tmax, s_noise, noise):
+    gamma = min(s_churn / n_steps, math.sqrt(2) - 1) if s_tmin <= sigma <= s_tmax else 0.0
+    sigma_hat = sigma * (1 + gamma)
+    return x + math.sqrt(sigma_hat**2 - sigma**2) * s_noise * noise, sigma_hat
 
 
-def karras_other(n, sigma_min, sigma_max, rho):  # a Python loop over the levels, in reverse order then flipped
-    levels = [0.0]
-    for i in range(n - 1, -1, -1):
-        t = i / (n - 1)
-        levels.insert(0, ((1 - t) * sigma_max ** (1 / rho) + t * sigma_min ** (1 / rho)) ** rho)
-    return torch.tensor(levels, dtype=torch.float64)
+def churn_other(x, sigma, n_steps, s_churn, s_tmin, s_tmax, s_noise, noise):  # sqrt(gamma (2 + gamma)) sigma, tensors
+    g = torch.tensor(s_churn / n_steps, dtype=torch.float64).clamp(max=2**0.5 - 1) * float(s_tmin <= sigma <= s_tmax)
+    return x + s_noise * sigma * torch.sqrt(g * (2 + g)) * noise, float(sigma + g * sigma)
 
 
-def heun_solution(denoiser, x, sigmas):
+def sampler_solution(denoiser, x, sigmas, s_churn, s_tmin, s_tmax, s_noise, noise):
     levels = sigmas.tolist()
-    for s, s_next in zip(levels[:-1], levels[1:]):
-        d = (x - denoiser(x, s)) / s
-        x_next = x + (s_next - s) * d
-        if s_next > 0:
-            d_next = (x_next - denoiser(x_next, s_next)) / s_next
-            x_next = x + (s_next - s) * 0.5 * (d + d_next)
-        x = x_next
+    n = len(levels) - 1
+    for i in range(n):
+        x_hat, s_hat = churn_solution(x, levels[i], n, s_churn, s_tmin, s_tmax, s_noise, noise(i))
+        d = (x_hat - denoiser(x_hat, s_hat)) / s_hat
+        x = x_hat + (levels[i + 1] - s_hat) * d
+        if levels[i + 1] > 0:
+            d_next = (x - denoiser(x, levels[i + 1])) / levels[i + 1]
+            x = x_hat + (levels[i + 1] - s_hat) * 0.5 * (d + d_next)
     return x
 
 
-def heun_other(denoiser, x, sigmas):  # the trapezoid rule written on the denoiser (x - D)/sigma, index by index
+def sampler_other(denoiser, x, sigmas, s_churn, s_tmin, s_tmax, s_noise, noise):  # on the denoiser, trapezoid form
     n = sigmas.shape[0] - 1
+    gamma_max = min(s_churn / n, math.sqrt(2) - 1)
     for i in range(n):
-        s0, s1 = sigmas[i].item(), sigmas[i + 1].item()
-        d0 = denoiser(x, s0)
-        if i == n - 1:
-            x = d0 + (s1 / s0) * (x - d0)
-        else:
-            pred = d0 + (s1 / s0) * (x - d0)
+        s, s1 = sigmas[i].item(), sigmas[i + 1].item()
+        gamma = gamma_max if s_tmin <= s <= s_tmax else 0.0
+        s_hat = s + gamma * s
+        x = x + s_noise * math.sqrt(s_hat * s_hat - s * s) * noise(i)
+        d0 = denoiser(x, s_hat)
+        pred = d0 + (s1 / s_hat) * (x - d0)
+        if i < n - 1:
             d1 = denoiser(pred, s1)
-            x = x + (s1 - s0) / 2 * ((x - d0) / s0 + (pred - d1) / s1)
+            pred = x + (s1 - s_hat) / 2 * ((x - d0) / s_hat + (pred - d1) / s1)
+        x = pred
     return x
 
 
@@ -111,8 +113,8 @@ CASES = {
     "vp_dsm": (gs.check_vp_dsm_loss, vp_dsm_solution, vp_dsm_other),
     "ve_pf": (gs.check_ve_probability_flow_drift, ve_solution, ve_other),
     "fp": (gs.check_fokker_planck_step, fp_solution, fp_other),
-    "karras": (gs.check_karras_sigmas, karras_solution, karras_other),
-    "heun": (gs.check_edm_heun_sampler, heun_solution, heun_other),
+    "churn": (gs.check_churn_step, churn_solution, churn_other),
+    "sampler": (gs.check_edm_stochastic_sampler, sampler_solution, sampler_other),
 }
 
 
@@ -150,23 +152,39 @@ def _dsm_through_course(score_fn, x0, u, noise, bmin, bmax):
     return ((sig[:, None] * score_fn(m[:, None] * x0 + sig[:, None] * noise, u) + noise) ** 2).sum(-1).mean()
 
 
-def _karras_via_diffusers(n, smin, smax, rho):
-    from diffusers import EulerDiscreteScheduler
+def _sampler_via_lessons_heun(denoiser, x, sigmas, s_churn, s_tmin, s_tmax, s_noise, noise):
+    """The lesson's deterministic sampler called in place of the stochastic one (it draws its own start)."""
+    from course_utils import score_sde_edm as edm
 
-    sched = EulerDiscreteScheduler(use_karras_sigmas=True)
-    sched.config.sigma_min, sched.config.sigma_max = smin, smax
-    out = sched._convert_to_karras(torch.tensor([smax, smin], dtype=torch.float64), n)
-    return torch.cat([torch.as_tensor(out, dtype=torch.float64), torch.zeros(1, dtype=torch.float64)])
+    out, _ = edm.edm_heun_sampler(lambda y, s: denoiser(y.double(), s), x.shape[0], sigmas.shape[0] - 1,
+                                  sigma_min=sigmas[-2].item(), sigma_max=sigmas[0].item(), dim=x.shape[1])
+    return out
 
 
-def _heun_via_diffusers(denoiser, x, sigmas):
-    from diffusers.schedulers.deprecated.scheduling_karras_ve import KarrasVeScheduler
+def _churn_via_edm_sigmas(x, sigma, n_steps, s_churn, s_tmin, s_tmax, s_noise, noise):
+    from course_utils import score_sde_edm as edm
 
-    sched = KarrasVeScheduler()
-    for s, s_next in zip(sigmas[:-1].tolist(), sigmas[1:].tolist()):
-        model_output = (denoiser(x, s) - x) / s                          # in KarrasVe's convention D = x + sigma * out
-        x = sched.step(model_output, s, s_next, x).prev_sample
-    return x
+    gamma = min(s_churn / n_steps, math.sqrt(2) - 1) if s_tmin <= sigma <= s_tmax else 0.0
+    sigma_hat = edm.edm_sigmas(2, sigma, sigma * (1 + gamma))[0].item()
+    return x + math.sqrt(sigma_hat**2 - sigma**2) * s_noise * noise, sigma_hat
+
+
+def _sampler_via_diffusers(scheduler_class):
+    """A learner's sampler handing each step to a diffusers scheduler built beforehand (outside the watch)."""
+    import warnings
+
+    with warnings.catch_warnings():                                      # diffusers' own NumPy-2 deprecation notice
+        warnings.simplefilter("ignore", DeprecationWarning)
+        sched = scheduler_class(use_karras_sigmas=True)
+
+    def fn(denoiser, x, sigmas, s_churn, s_tmin, s_tmax, s_noise, noise):
+        sched.sigmas = torch.cat([sigmas, sigmas.new_zeros(1)]).float()
+        sched.timesteps = torch.arange(sigmas.shape[0] - 1, dtype=torch.float32)
+        for i, t in enumerate(sched.timesteps):
+            x = sched.step((x - denoiser(x, sigmas[i].item())) / sigmas[i].item(), t, x).prev_sample
+        return x
+
+    return fn
 
 
 SHORTCUTS = {
@@ -174,8 +192,8 @@ SHORTCUTS = {
     "vp_dsm": (_dsm_through_course, "vp_marginal"),
     "ve_pf": (_ve_through_vp_velocity, "probability_flow_velocity"),
     "fp": (sfp.fokker_planck_ftcs, "fokker_planck_ftcs"),
-    "karras": (gs._reference_karras_sigmas, "_reference_karras_sigmas"),
-    "heun": (gs._reference_edm_heun_sampler, "_reference_edm_heun_sampler"),
+    "churn": (lambda *a: gs._reference_churn_step(*a), "_reference_churn_step"),
+    "sampler": (lambda *a: gs._reference_edm_stochastic_sampler(*a), "_reference_edm_stochastic_sampler"),
 }
 
 
@@ -186,18 +204,71 @@ def test_the_shortcut_is_forbidden(key):
 
 
 def test_the_private_helpers_behind_the_references_are_forbidden():
-    forbidden(gs.check_karras_sigmas, lambda n, a, b, rho: gs._karras(n, a, b, rho), "_karras")
-    forbidden(gs.check_edm_heun_sampler, lambda d, x, s: gs._heun(d, x, s), "_heun")
+    forbidden(gs.check_churn_step, lambda *a: gs._churn(*a), "_churn")
+    forbidden(gs.check_edm_stochastic_sampler, lambda *a: gs._stochastic(*a), "_stochastic")
     forbidden(gs.check_vp_dsm_loss, lambda *a: gs._vp_dsm(*a), "_vp_dsm")
     forbidden(gs.check_ve_probability_flow_drift, lambda *a: gs._ve_pf(*a), "_ve_pf")
 
 
-def test_diffusers_karras_ladder_is_forbidden():
-    forbidden(gs.check_karras_sigmas, _karras_via_diffusers, "diffusers")
+def test_the_lessons_edm_sampler_and_ladder_are_refused_in_the_sampler_exercises():
+    forbidden(gs.check_edm_stochastic_sampler, _sampler_via_lessons_heun, "edm_heun_sampler")
+    forbidden(gs.check_churn_step, _churn_via_edm_sigmas, "edm_sigmas")
 
 
-def test_diffusers_karras_ve_step_is_forbidden_in_the_heun_exercise():
-    forbidden(gs.check_edm_heun_sampler, _heun_via_diffusers, "KarrasVeScheduler")
+def test_diffusers_schedulers_are_refused_in_the_sampler_exercise():
+    from diffusers import EulerDiscreteScheduler, HeunDiscreteScheduler
+
+    forbidden(gs.check_edm_stochastic_sampler, _sampler_via_diffusers(EulerDiscreteScheduler), "EulerDiscreteScheduler")
+    forbidden(gs.check_edm_stochastic_sampler, _sampler_via_diffusers(HeunDiscreteScheduler), "HeunDiscreteScheduler")
+
+
+def test_the_samplers_mistakes_written_by_a_learner_are_named():
+    """Each named mistake, written from the solution with one change, gets its hint (the guard on: written by hand)."""
+    def sampler(churn_after=False, euler=False, heun_last=False, added=None, clip=True):
+        def fn(denoiser, x, sigmas, s_churn, s_tmin, s_tmax, s_noise, noise):
+            lv = sigmas.tolist()
+            n = len(lv) - 1
+            for i in range(n):
+                gamma = min(s_churn / n, math.sqrt(2) - 1) if clip else s_churn / n
+                gamma = gamma if s_tmin <= lv[i] <= s_tmax else 0.0
+                s_hat = lv[i] * (1 + gamma)
+                step_noise = (added or (lambda a, b: math.sqrt(a * a - b * b)))(s_hat, lv[i]) * s_noise * noise(i)
+                x_hat = x if churn_after else x + step_noise
+                s_hat = lv[i] if churn_after else s_hat
+                d = (x_hat - denoiser(x_hat, s_hat)) / s_hat
+                x = x_hat + (lv[i + 1] - s_hat) * d
+                if not euler and (lv[i + 1] > 0 or heun_last):
+                    x = x_hat + (lv[i + 1] - s_hat) * 0.5 * (d + (x - denoiser(x, lv[i + 1])) / lv[i + 1])
+                if churn_after and lv[i + 1] > 0:
+                    g1 = min(s_churn / n, math.sqrt(2) - 1) if s_tmin <= lv[i + 1] <= s_tmax else 0.0
+                    x = x + math.sqrt((lv[i + 1] * (1 + g1)) ** 2 - lv[i + 1] ** 2) * s_noise * noise(i)
+            return x
+        return fn
+
+    fails(gs.check_edm_stochastic_sampler, sampler(euler=True), "Euler's method")
+    fails(gs.check_edm_stochastic_sampler, sampler(churn_after=True), "churn first")
+    fails(gs.check_edm_stochastic_sampler, sampler(added=lambda a, b: a - b), "no sqrt")
+    fails(gs.check_edm_stochastic_sampler, sampler(clip=False), "clip gamma")
+    fails(gs.check_edm_stochastic_sampler, sampler(heun_last=True), "plain Euler step there")
+
+
+def test_the_reference_is_right_when_pasted_and_passes_the_guard():
+    """The course's reference, pasted into the learner's cell, is the learner's own code and passes."""
+    mine = pasted(gs)
+    passes(gs.check_churn_step, mine._reference_churn_step)
+    passes(gs.check_edm_stochastic_sampler, mine._reference_edm_stochastic_sampler)
+
+
+def test_without_churn_the_sampler_is_the_lessons_deterministic_heun():
+    """S_churn = 0 reduces Algorithm 2 to the lesson's Heun sampler (eq. 20), started from the same point."""
+    from course_utils import score_sde_edm as edm
+
+    v0 = 0.3
+    den = lambda y, s: v0 / (v0 + s * s) * y                            # noqa: E731 (data N(0, v0): exact denoiser)
+    want, _ = edm.edm_heun_sampler(den, 500, 12, seed=3)
+    start = 80.0 * torch.randn(500, 2, generator=torch.Generator().manual_seed(3))
+    got = sampler_solution(den, start, edm.edm_sigmas(12), 0.0, 0.0, float("inf"), 1.0, lambda i: torch.zeros(500, 2))
+    torch.testing.assert_close(got, want)
 
 
 def test_the_usual_mistakes_are_named():
@@ -205,27 +276,29 @@ def test_the_usual_mistakes_are_named():
     fails_with(gs.check_ve_probability_flow_drift,
                lambda x, s, u, a, b: -math.log(b / a) * (a * (b / a) ** u) ** 2 * s * 2, "reverse SDE's drift")
 
-    def euler(denoiser, x, sigmas):
-        for s, s_next in zip(sigmas[:-1].tolist(), sigmas[1:].tolist()):
-            x = x + (s_next - s) * (x - denoiser(x, s)) / s
-        return x
-
-    fails_with(gs.check_edm_heun_sampler, euler, "Euler's method")
-
 
 def test_the_mixture_denoiser_is_tweedie_on_the_lessons_mixture():
     rng = np.random.default_rng(0)
-    den, x, _ = gs._edm_inputs(rng)
+    den, x = gs._sampler_inputs(rng)[:2]
     mix = ss.DiagMixture.of(np.exp(den.log_w), den.means, np.repeat(den.var[:, None], den.means.shape[1], 1))
     for sigma in (0.01, 1.0, 30.0):
         torch.testing.assert_close(den(x, sigma), x + sigma**2 * mix.ve_noised(sigma).score(x))
 
 
-def test_the_heun_check_needs_enough_levels_that_euler_differs_visibly():
-    """Every trial of the sampler check has at least 2 levels and a batch of 20 or more points."""
+def test_the_sampler_check_needs_enough_levels_and_churns_on_part_of_the_ladder():
+    """Every trial has 3 or more steps, 20 or more points, a ladder ending with 0, and churn on some but not all levels."""
     for seed in range(20):
-        den, x, sigmas = gs._edm_inputs(np.random.default_rng(seed))
-        assert sigmas.shape[0] >= 3 and x.shape[0] >= 20 and sigmas[-1] == 0
+        den, x, sigmas, s_churn, s_tmin, s_tmax, s_noise, noise = gs._sampler_inputs(np.random.default_rng(seed))
+        inside = [s_tmin <= s <= s_tmax for s in sigmas.tolist()]
+        assert sigmas.shape[0] >= 4 and x.shape[0] >= 20 and sigmas[-1] == 0 and s_churn > 0
+        assert any(inside) and not all(inside)
+
+
+def test_the_noise_is_the_same_on_every_call_and_refuses_a_step_out_of_range():
+    *_, noise = gs._sampler_inputs(np.random.default_rng(0))
+    torch.testing.assert_close(noise(1), noise(1))
+    with pytest.raises(IndexError, match="one draw per step"):
+        noise(noise.z.shape[0])
 
 
 # ---------------------------------------------------------------- BY_HAND_* wired: the operator-level watch

@@ -2,9 +2,11 @@
 
 Each ``check_*`` runs the learner's function on fresh random inputs (``seed=None``) against a private
 reference and names the usual mistakes: the sign of the score, a missing :math:`\\sqrt{2\\tau}`, the VP marginal's
-integral of :math:`\\beta`, :math:`g^2 = d\\sigma^2/du` for the VE SDE, the Karras noise ladder, and Heun's
-second-order correction (EDM's sampler, which lesson 12 only cites). The formulas of the lesson are in
-``notebooks/12_score_sde.ipynb``; exercises 2, 3, 5 and 6 ask for what it did not write.
+integral of :math:`\\beta`, :math:`g^2 = d\\sigma^2/du` for the VE SDE, and EDM's stochastic sampler (Karras et al.,
+2022, Algorithm 2: the churn, then a Heun step), which lesson 12 only cites; the lesson writes the deterministic
+Heun sampler. The formulas of the lesson are in ``notebooks/12_score_sde.ipynb``; exercises 2, 3, 5 and 6 ask for what
+it did not write. The sampler checks use the exact denoiser of a random Gaussian mixture and a fixed noise per step,
+``noise(i)``, so the learner's sample is compared exactly with the reference's.
 
 ``BY_HAND_*`` (passed as ``by_hand=ByHand.of(...)``) name, per by-hand exercise, the aten operations it needs and the
 ones that would compute the whole result (none exist for most of these formulas: the shortcuts are the
@@ -33,18 +35,10 @@ BY_HAND_VE_PROBABILITY_FLOW_DRIFT = {"modules": _LESSON, "allowed_ops": _ELEMENT
 BY_HAND_FOKKER_PLANCK_STEP = {"modules": _LESSON,
                               "allowed_ops": ("numpy elementwise arithmetic", "np.pad", "np.concatenate", "slicing"),
                               "whole_result_ops": ()}
-BY_HAND_KARRAS_SIGMAS = {"modules": _LESSON,
-                         "allowed_ops": _ELEMENTARY + ("aten.linspace", "aten.arange", "aten.cat", "aten.zeros",
-                                                       "aten.new_zeros", "aten.flip"), "whole_result_ops": ()}
-BY_HAND_EDM_HEUN_SAMPLER = {"modules": _LESSON, "allowed_ops": _ELEMENTARY + ("aten._local_scalar_dense", "aten.item"),
-                            "whole_result_ops": ()}
-
-_DIFFUSERS = "diffusers.schedulers."
-_KARRAS_SHORTCUTS = (
-    _DIFFUSERS + "scheduling_euler_discrete.EulerDiscreteScheduler._convert_to_karras",
-    _DIFFUSERS + "scheduling_heun_discrete.HeunDiscreteScheduler._convert_to_karras",
-    _DIFFUSERS + "scheduling_edm_euler.EDMEulerScheduler._compute_karras_sigmas",
-)
+# the sampler exercises: no single aten operator computes a sampler, so only the lesson's modules are refused (its
+# edm_sigmas and edm_heun_sampler included), with course_utils.grading and diffusers, always refused
+BY_HAND_CHURN_STEP = {"modules": _LESSON}
+BY_HAND_EDM_STOCHASTIC_SAMPLER = {"modules": _LESSON}
 
 
 class _AffineScore:
@@ -266,54 +260,75 @@ def check_fokker_planck_step(fn: Callable, *, trials: int = 6, seed: int | None 
     )
 
 
-# ---------------------------------------------------------------- exercise 5: the Karras noise ladder (warm-up for 6)
-def _karras(n, sigma_min, sigma_max, rho, *, denom=None, inverse=False, zero=True, increasing=False):
-    ramp = torch.arange(n, dtype=torch.float64) / ((n - 1) if denom is None else denom(n))
-    if inverse:
-        lo, hi = sigma_min**rho, sigma_max**rho
-        out = (hi + ramp * (lo - hi)) ** (1.0 / rho)
-    else:
-        lo, hi = sigma_min ** (1.0 / rho), sigma_max ** (1.0 / rho)
-        out = (hi + ramp * (lo - hi)) ** rho
-    if increasing:
-        out = out.flip(0)
-    return torch.cat([out, out.new_zeros(1)]) if zero else out
+# ---------------------------------------------------------------- exercise 5: EDM's churn (warm-up for 6)
+def _ladder(n, sigma_min, sigma_max, rho):
+    """The inputs' noise ladder (EDM's rho-spacing, then 0); the learner receives it, never writes it."""
+    ramp = torch.arange(n, dtype=torch.float64) / (n - 1)
+    lo, hi = sigma_min ** (1.0 / rho), sigma_max ** (1.0 / rho)
+    return torch.cat([(hi + ramp * (lo - hi)) ** rho, torch.zeros(1, dtype=torch.float64)])
 
 
-def _reference_karras_sigmas(n, sigma_min, sigma_max, rho):
-    return _karras(n, sigma_min, sigma_max, rho)
+def _gamma(sigma, n_steps, s_churn, s_tmin, s_tmax, *, clip=True, per_step=True, in_range=True):
+    if in_range and not s_tmin <= sigma <= s_tmax:
+        return 0.0
+    g = s_churn / n_steps if per_step else s_churn
+    return min(g, math.sqrt(2.0) - 1.0) if clip else g
 
 
-def _karras_inputs(rng):
-    n = int(rng.choice([2, int(rng.integers(3, 40)), int(rng.integers(40, 400))]))
-    return n, float(rng.uniform(0.002, 0.1)), float(rng.uniform(5.0, 120.0)), float(rng.choice([7.0, rng.uniform(2.0, 10.0)]))
+def _churn(x, sigma, n_steps, s_churn, s_tmin, s_tmax, s_noise, noise, *, added=None, use_s_noise=True, **gamma_kw):
+    sigma_hat = sigma * (1.0 + _gamma(sigma, n_steps, s_churn, s_tmin, s_tmax, **gamma_kw))
+    std = math.sqrt(sigma_hat**2 - sigma**2) if added is None else added(sigma_hat, sigma)   # variances add
+    return x + std * (s_noise if use_s_noise else 1.0) * noise, sigma_hat
 
 
-def check_karras_sigmas(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
-    """Exercise 5: ``fn(n, sigma_min, sigma_max, rho) -> (n + 1,) float64 tensor``, EDM's ladder with a final 0."""
+def _reference_churn_step(x, sigma, n_steps, s_churn, s_tmin, s_tmax, s_noise, noise):
+    return _churn(x, sigma, n_steps, s_churn, s_tmin, s_tmax, s_noise, noise)
+
+
+def _churn_settings(rng):
+    """EDM's churn settings, drawn so that the clip at sqrt(2) - 1 binds on some trials and not on others."""
+    n_steps = int(rng.integers(4, 60))
+    s_churn = float(rng.uniform(0.5, 1.5) * n_steps if rng.random() < 0.5 else rng.uniform(0.05, 0.35) * n_steps)
+    s_tmin, s_tmax = float(rng.uniform(0.01, 0.5)), float(rng.uniform(5.0, 50.0))
+    return n_steps, s_churn, s_tmin, s_tmax, float(rng.uniform(1.0, 1.01) if rng.random() < 0.5 else rng.uniform(0.5, 1.5))
+
+
+def _churn_inputs(rng):
+    B, D = int(rng.integers(1, 40)), int(rng.choice([1, 2, 3]))
+    n_steps, s_churn, s_tmin, s_tmax, s_noise = _churn_settings(rng)
+    sigma = float(rng.uniform(s_tmin, s_tmax) if rng.random() < 0.7 else rng.choice([rng.uniform(0.002, s_tmin),
+                                                                                     rng.uniform(s_tmax, 80.0)]))
+    return (torch.tensor(rng.standard_normal((B, D)) * max(sigma, 1.0)), sigma, n_steps, s_churn, s_tmin, s_tmax, s_noise,
+            torch.tensor(rng.standard_normal((B, D))))
+
+
+def check_churn_step(fn: Callable, *, trials: int = 8, seed: int | None = None) -> None:
+    """Exercise 5: ``fn(x, sigma, n_steps, s_churn, s_tmin, s_tmax, s_noise, noise) -> (x_hat, sigma_hat)``."""
 
     def variant(**kw):
-        return lambda n, a, b, rho: _karras(n, a, b, rho, **kw)
+        return lambda x, sigma, n, c, lo, hi, sn, z: _churn(x, sigma, n, c, lo, hi, sn, z, **kw)
 
     check_function(
-        fn, _reference_karras_sigmas, _karras_inputs, name="karras_sigmas", trials=trials, seed=seed,
-        by_hand=ByHand.of(BY_HAND_KARRAS_SIGMAS),
+        fn, _reference_churn_step, _churn_inputs, name="churn_step", trials=trials, seed=seed,
         mistakes=[
-            Mistake("no_zero", "append sigma_N = 0 after the n levels: the sampler's last step goes to the data.",
-                    variant(zero=False)),
-            Mistake("increasing", "the ladder runs from sigma_max down to sigma_min (then 0): sampling starts at "
-                    "the largest noise.", variant(increasing=True)),
-            Mistake("off_by_one", "the ramp is i / (n - 1) for i = 0..n-1, so that level n-1 is exactly sigma_min.",
-                    variant(denom=lambda n: n)),
-            Mistake("rho_inverted", "interpolate linearly between sigma^(1/rho), then raise to the power rho "
-                    "(you swapped rho and 1/rho).", variant(inverse=True)),
+            Mistake("no_sqrt", "no sqrt in the added noise: its standard deviation is sqrt(sigma_hat^2 - sigma^2) "
+                    "(variances add), not sigma_hat - sigma.", variant(added=lambda sh, s: sh - s)),
+            Mistake("variance", "no sqrt in the added noise: sigma_hat^2 - sigma^2 is the variance to add; scale the "
+                    "noise by its square root.", variant(added=lambda sh, s: sh**2 - s**2)),
+            Mistake("no_clip", "clip gamma at sqrt(2) - 1 (gamma = min(S_churn / N, sqrt(2) - 1)): beyond that the "
+                    "churn adds more noise than the level already holds.", variant(clip=False)),
+            Mistake("per_step", "S_churn is the churn of the whole run: each step uses S_churn / N (N = n_steps).",
+                    variant(per_step=False)),
+            Mistake("range", "churn only where S_tmin <= sigma <= S_tmax; outside that range gamma = 0 and x is "
+                    "returned unchanged.", variant(in_range=False)),
+            Mistake("s_noise", "scale the fresh noise by S_noise as well: x + sqrt(sigma_hat^2 - sigma^2) * S_noise * "
+                    "noise.", variant(use_s_noise=False)),
         ],
-        forbidden=_KARRAS_SHORTCUTS + ("course_utils.grading.score_sde._reference_karras_sigmas",
-                                       "course_utils.grading.score_sde._karras"),
+        by_hand=ByHand.of(BY_HAND_CHURN_STEP),
     )
 
 
-# ---------------------------------------------------------------- exercise 6: EDM's deterministic Heun sampler
+# ---------------------------------------------------------------- exercise 6: EDM's stochastic sampler
 class _MixtureDenoiser:
     """The exact denoiser D(x; sigma) = E[x0 | x0 + sigma z = x] of a random isotropic Gaussian mixture.
 
@@ -340,64 +355,93 @@ class _MixtureDenoiser:
         return "denoiser"
 
 
-def _heun(denoiser, x, sigmas, *, heun_last=False, slope=lambda x, d, s: (x - d) / s, combine="average",
-          corrector_at_x=False, euler=False):
+class _StepNoise:
+    """``noise(i)``: the fixed standard normal draw of step i, shape (B, D), the same on every call."""
+
+    def __init__(self, z: torch.Tensor):
+        self.z = z                                                       # (N, B, D)
+
+    def __call__(self, i):
+        if not 0 <= int(i) < self.z.shape[0]:
+            raise IndexError(f"noise({i}): steps are numbered 0 to {self.z.shape[0] - 1}, one draw per step")
+        return self.z[int(i)].clone()
+
+    def __repr__(self):
+        return "noise"
+
+
+def _stochastic(denoiser, x, sigmas, s_churn, s_tmin, s_tmax, s_noise, noise, *, churn_after=False, heun_last=False,
+                euler=False, from_sigma=False, n_is_levels=False, **churn_kw):
     sig = [float(s) for s in sigmas]
-    for s, s_next in zip(sig[:-1], sig[1:]):
-        d = slope(x, denoiser(x, s), s)
-        x_euler = x + (s_next - s) * d
-        if euler or (s_next == 0.0 and not heun_last):
-            x = x_euler
-            continue
-        at = x if corrector_at_x else x_euler
-        d_next = slope(at, denoiser(at, s_next), s_next)
-        x = x + (s_next - s) * (0.5 * (d + d_next) if combine == "average" else d_next)
+    n = len(sig) if n_is_levels else len(sig) - 1
+    for i, (s, s_next) in enumerate(zip(sig[:-1], sig[1:])):
+        if churn_after:
+            x_hat, s_hat = x, s
+        else:
+            x_hat, s_hat = _churn(x, s, n, s_churn, s_tmin, s_tmax, s_noise, noise(i), **churn_kw)
+            if from_sigma:
+                s_hat = s
+        d = (x_hat - denoiser(x_hat, s_hat)) / s_hat
+        x = x_hat + (s_next - s_hat) * d
+        if not euler and (s_next > 0.0 or heun_last):
+            d_next = (x - denoiser(x, s_next)) / s_next
+            x = x_hat + (s_next - s_hat) * 0.5 * (d + d_next)
+        if churn_after and s_next > 0.0:
+            x = _churn(x, s_next, n, s_churn, s_tmin, s_tmax, s_noise, noise(i), **churn_kw)[0]
     return x
 
 
-def _reference_edm_heun_sampler(denoiser, x, sigmas):
-    return _heun(denoiser, x, sigmas)
+def _reference_edm_stochastic_sampler(denoiser, x, sigmas, s_churn, s_tmin, s_tmax, s_noise, noise):
+    return _stochastic(denoiser, x, sigmas, s_churn, s_tmin, s_tmax, s_noise, noise)
 
 
-def _edm_inputs(rng):
+def _sampler_inputs(rng):
     B, D = int(rng.integers(20, 200)), int(rng.choice([1, 2, 3]))
-    n = int(rng.choice([int(rng.integers(2, 8)), int(rng.integers(8, 40))]))
+    n = int(rng.choice([int(rng.integers(3, 8)), int(rng.integers(8, 30))]))
     smax = float(rng.uniform(5.0, 80.0))
-    sigmas = _karras(n, float(rng.uniform(0.002, 0.05)), smax, float(rng.uniform(3.0, 9.0)))
-    return _MixtureDenoiser(rng, D), torch.tensor(rng.standard_normal((B, D)) * smax), sigmas
+    sigmas = _ladder(n, float(rng.uniform(0.002, 0.05)), smax, float(rng.uniform(3.0, 9.0)))
+    s_churn = float(rng.uniform(0.5, 1.5) * n if rng.random() < 0.5 else rng.uniform(0.05, 0.35) * n)
+    # churn on part of the ladder: sigma_0 above S_tmax, sigma_1 inside, the last levels below S_tmin
+    s_tmin, s_tmax = float(rng.uniform(0.01, 0.3)), float(rng.uniform(sigmas[1].item(), 0.95 * smax))
+    s_noise = float(rng.uniform(1.0, 1.01) if rng.random() < 0.5 else rng.uniform(0.8, 1.2))
+    return (_MixtureDenoiser(rng, D), torch.tensor(rng.standard_normal((B, D)) * smax), sigmas, s_churn, s_tmin, s_tmax,
+            s_noise, _StepNoise(torch.tensor(rng.standard_normal((n, B, D)))))
 
 
-def check_edm_heun_sampler(fn: Callable, *, trials: int = 4, seed: int | None = None) -> None:
-    """Exercise 6: ``fn(denoiser, x, sigmas) -> x at sigma = 0`` by EDM's Heun steps (Euler on the last one)."""
+def check_edm_stochastic_sampler(fn: Callable, *, trials: int = 4, seed: int | None = None) -> None:
+    """Exercise 6: ``fn(denoiser, x, sigmas, s_churn, s_tmin, s_tmax, s_noise, noise) -> x at sigma = 0``."""
 
     def variant(**kw):
-        return lambda denoiser, x, sigmas: _heun(denoiser, x, sigmas, **kw)
+        return lambda d, x, sig, c, lo, hi, sn, z: _stochastic(d, x, sig, c, lo, hi, sn, z, **kw)
 
     check_function(
-        fn, _reference_edm_heun_sampler, _edm_inputs, name="edm_heun_sampler", trials=trials, seed=seed,
-        by_hand=ByHand.of(BY_HAND_EDM_HEUN_SAMPLER),
+        fn, _reference_edm_stochastic_sampler, _sampler_inputs, name="edm_stochastic_sampler", trials=trials,
+        seed=seed,
         mistakes=[
-            Mistake("euler", "that is Euler's method: after the Euler step, evaluate the slope again at the new "
-                    "point and sigma_{i+1}, and step with the average of the two slopes.", variant(euler=True)),
+            Mistake("euler", "that is Euler's method: after the Euler step from (x_hat, sigma_hat), evaluate the "
+                    "slope at the new point and sigma_{i+1}, and step from x_hat with the average of the two slopes.",
+                    variant(euler=True)),
+            Mistake("churn_after", "churn first: raise sigma_i to sigma_hat and add the noise before the step, then "
+                    "step from (x_hat, sigma_hat) down to sigma_{i+1}; you added it after the step.",
+                    variant(churn_after=True)),
+            Mistake("no_sqrt", "no sqrt in the added noise: its standard deviation is sqrt(sigma_hat^2 - sigma_i^2) "
+                    "(variances add), not sigma_hat - sigma_i.", variant(added=lambda sh, s: sh - s)),
+            Mistake("no_clip", "clip gamma at sqrt(2) - 1: gamma_i = min(S_churn / N, sqrt(2) - 1) inside "
+                    "[S_tmin, S_tmax].", variant(clip=False)),
             Mistake("heun_last", "the last step goes to sigma = 0, where the slope (x - D) / sigma is undefined: "
                     "take a plain Euler step there.", variant(heun_last=True)),
-            Mistake("slope_sign", "sign of the slope: dx/dsigma = (x - D(x; sigma)) / sigma; as sigma decreases x "
-                    "moves toward the denoised D.", variant(slope=lambda x, d, s: (d - x) / s)),
-            Mistake("sigma2", "the slope is (x - D) / sigma, not / sigma^2 (with sigma(t) = t, dx/dt = -t s = "
-                    "(x - D) / t).", variant(slope=lambda x, d, s: (x - d) / s**2)),
-            Mistake("end_slope", "Heun steps with the average of the two slopes, 0.5 (d_i + d_{i+1}), not the "
-                    "second slope alone.", variant(combine="end")),
-            Mistake("corrector_at_x", "evaluate the second slope at the Euler prediction x + (sigma_{i+1} - "
-                    "sigma_i) d_i, not at the old x.", variant(corrector_at_x=True)),
+            Mistake("from_sigma", "after the churn, x_hat sits at noise level sigma_hat: evaluate the denoiser at "
+                    "sigma_hat and step over sigma_{i+1} - sigma_hat, not from sigma_i.", variant(from_sigma=True)),
+            Mistake("n_levels", "N in S_churn / N is the number of steps, len(sigmas) - 1 (the ladder ends with 0).",
+                    variant(n_is_levels=True)),
+            Mistake("range", "churn only where S_tmin <= sigma_i <= S_tmax; outside that range gamma_i = 0.",
+                    variant(in_range=False)),
+            Mistake("s_noise", "scale the fresh noise by S_noise: sqrt(sigma_hat^2 - sigma_i^2) * S_noise * noise(i).",
+                    variant(use_s_noise=False)),
         ],
-        forbidden=(_DIFFUSERS + "scheduling_heun_discrete.HeunDiscreteScheduler.step",
-                   _DIFFUSERS + "scheduling_edm_euler.EDMEulerScheduler.step",
-                   _DIFFUSERS + "deprecated.scheduling_karras_ve.KarrasVeScheduler.step",
-                   _DIFFUSERS + "deprecated.scheduling_karras_ve.KarrasVeScheduler.step_correct",
-                   "course_utils.score_sde_solvers.sample_vp", "course_utils.score_sde_solvers.sample_ve_pc",
-                   "course_utils.grading.score_sde._reference_edm_heun_sampler", "course_utils.grading.score_sde._heun"),
+        by_hand=ByHand.of(BY_HAND_EDM_STOCHASTIC_SAMPLER),
     )
 
 
 __all__ = ["check_langevin_step", "check_vp_dsm_loss", "check_ve_probability_flow_drift", "check_fokker_planck_step",
-           "check_karras_sigmas", "check_edm_heun_sampler"]
+           "check_churn_step", "check_edm_stochastic_sampler"]
