@@ -28,11 +28,11 @@ Lesson libraries (what later lessons and benchmarks reuse; each lesson writes it
 the list is ``topics.package_index()``, which a test compares with this one):
 00 ``foundations`` · 01 ``floating_point[_rounding|_summation]`` · 02 ``mixed_precision[_memory]`` ·
 03 ``convolution[_blocking|_compiled|_machine]`` · 04 ``upsampling`` · 05 ``gemm[_models|_kernels]`` ·
-06 ``attention[_io|_triton|_triton_backward]`` · 07 ``slm[_train|_quant|_nas]`` ·
-08 ``training_memory[_plan|_llama]``, ``zero1_demo`` · 09 ``parallelism[_data|_tensor|_pipeline|_moe|_workers]`` ·
-10 ``vae`` · 11 ``diffusion[_training|_metrics]`` · 12 ``score_sde[_solvers|_fokker_planck]``.
+06 ``attention[_io|_triton|_triton_backward|_results]`` · 07 ``slm[_train|_quant|_nas]`` ·
+08 ``training_memory[_plan|_llama]``, ``zero1_demo`` · 09 ``parallelism[_data|_tensor|_pipeline|_moe|_workers|_comm]`` ·
+10 ``vae`` · 11 ``diffusion[_training|_metrics]`` · 12 ``score_sde[_solvers|_fokker_planck|_edm]``.
 
-Command line: ``python -m course_utils {exercises,grade,grade-class,doctor,times}``.
+Command line: ``python -m course_utils {exercises,grade,grade-class,release,doctor,times}``.
 """
 import os as _os
 

@@ -92,7 +92,7 @@ def test_callables_the_check_hands_over_may_be_called():
         def inner(self, x):
             return x * 2
 
-    Model.__module__ = "course_utils.grading.fake"
+    Model.__module__ = "course_utils.grading.foundations"  # as if the check had built it there
     assert hit(lambda f, x: f(x), ByHand(modules=("course_utils.grading",)), Model(), A) is None
 
 
@@ -173,3 +173,13 @@ def test_memory_limits_may_depend_on_the_inputs_and_see_numpy_buffers():
     sized = ByHand(max_numel=lambda args, kwargs: 2 * args[0].shape[0] * 8)
     q = torch.randn(64, 8)
     assert hit(lambda q: q @ q.T, sized, q) and hit(lambda q: q * 2, sized, q) is None
+
+
+def test_an_answer_that_is_the_reference_itself_is_refused():
+    q = torch.randn(1, 3, 2, 4)
+    assert "answer is that function itself" in hit(grading_foundations._reference_attention_scores, ByHand(), q, q)
+    import course_utils.convolution as conv
+    x = np.random.default_rng(0).standard_normal((1, 2, 5, 5))
+    assert hit(conv.im2col, ByHand(modules=("course_utils.convolution",)), x, 3, 3)
+    assert hit(conv.im2col, ByHand(modules=("course_utils.convolution",), allow=("course_utils.convolution.im2col",)),
+               x, 3, 3) is None

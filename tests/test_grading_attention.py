@@ -307,7 +307,7 @@ def test_dkdv_tile():
     check(dkdv_tile_transposed_layout, trials=8, quiet=True)
     with pytest.raises(NotAttempted):
         check(stub)
-    g = gab._tile_grads
+    g = pasted(gab)._tile_grads  # the check refuses course_utils.grading: the test pastes the helper, as a learner could
     fails_with(check, lambda k, v, q, o, do, lse: g(k, v, q, o, do, lse, delta="none"), "dropped delta")
     fails_with(check, lambda k, v, q, o, do, lse: g(k, v, q, o, do, lse, delta="tile"), "over ALL keys")
     fails_with(check, lambda k, v, q, o, do, lse: g(k, v, q, o, do, lse, scale=math.sqrt(q.shape[1])),
@@ -326,7 +326,8 @@ def test_dkdv_tile_inputs_need_the_prepass():
     """The tile is one of several key blocks, so its rows of P sum to less than 1 (and the tile's own
     rowsum(P * dP) is not delta); tiles are square and not."""
     seen = []
-    gab.check_dkdv_tile(lambda *a: (seen.append(a), gab._reference_dkdv_tile(*a))[1], seed=7, trials=4, quiet=True)
+    pasted_reference = pasted(gab)._reference_dkdv_tile  # the check refuses course_utils.grading; pasted code is the learner's
+    gab.check_dkdv_tile(lambda *a: (seen.append(a), pasted_reference(*a))[1], seed=7, trials=4, quiet=True)
     for k, v, q, o, do, lse in seen:
         p = np.exp(q @ k.T / math.sqrt(q.shape[1]) - lse[:, None])
         assert (p.sum(-1) < 1 - 1e-6).all()
@@ -351,7 +352,7 @@ def flash_backward_untiled(q, k, v, o, lse, do, block):
 
 def test_the_full_score_matrix_is_refused():
     from _grading_helpers import fails
-    assert "never hold the full (L, L) score matrix" in fails(ga.check_flash_forward_lse, flash_forward_untiled, "MiB")
+    assert "the full (L, L) score matrix" in fails(ga.check_flash_forward_lse, flash_forward_untiled, "MiB")
     assert "one (block, block) tile at a time" in fails(ga.check_flash_backward_tiles, flash_backward_untiled, "MiB")
 
 
@@ -359,7 +360,7 @@ def test_the_full_score_matrix_is_refused():
 import course_utils.grading.attention_kernels as gk  # noqa: E402
 from _grading_helpers import SEED, each_mistake_is_named, fails, passes, rejects_recorded_answers  # noqa: E402
 from _grading_helpers import forbidden as forbidden_named  # noqa: E402
-from _grading_helpers import not_attempted  # noqa: E402
+from _grading_helpers import not_attempted, pasted  # noqa: E402
 
 
 def window_count(seqlen, block_m, block_n, window):
@@ -538,3 +539,36 @@ def test_solution_kernels_compile_for_sm90_without_spills(sol):
     for compiled in (swa, bwd):
         assert not compiled.spills, compiled.summary()
     assert "atom" in bwd.ptx or "red." in bwd.ptx     # the dQ adds are atomics (red.global.add.f32)
+
+
+# ---------------------------------------------------------------- by hand at the operator level (issue 23)
+def swa_by_log_softmax(q, k, v, slopes, window, block_m, block_n):
+    """Right values with no named function: scores by broadcasting, softmax as log_softmax().exp()."""
+    n = q.shape[1]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    s = (q[:, :, None, :] * k[:, None, :, :]).sum(-1) / math.sqrt(q.shape[-1]) - slopes[:, None, None] * (i - j)
+    s = s.masked_fill(~((j <= i) & (j > i - window)), float("-inf"))
+    return (s.log_softmax(-1).exp()[..., None] * v[:, None, :, :]).sum(-2)
+
+
+def backward_by_inner(q, k, v, o, lse, do, block_m, block_n, reverse=False):
+    """Right values with torch.inner as the matmul (not a named function: it reaches aten::mm/bmm)."""
+    tau = 1 / math.sqrt(q.shape[-1])
+    p = torch.exp(tau * torch.inner(q[0], k[0]) - lse[0][:, None])[None]
+    ds = p * (torch.inner(do[0], v[0])[None] - (do * o).sum(-1)[..., None])
+    return (tau * torch.inner(ds[0], k[0].T)[None], tau * torch.inner(ds[0].T, q[0].T)[None], torch.inner(p[0].T, do[0].T)[None])
+
+
+@pytest.mark.parametrize("check,fn,fragment", [(gk.check_swa_alibi_attention, swa_by_log_softmax, "aten::_log_softmax"),
+                                               (gk.check_flash_backward_atomic, backward_by_inner, "aten::")])
+def test_whole_result_operators_are_refused_whatever_path_reaches_them(check, fn, fragment):
+    message = forbidden_named(check, fn, fragment)
+    assert "operator" in message
+
+
+def test_operator_shortcut_values_are_right():
+    """The refused shortcuts above compute the right values: the refusal, not a wrong value, is what fails them."""
+    make = gk._swa_inputs_maker()
+    q, k, v, slopes, window, bm, bn = make(np.random.default_rng(0))
+    want = gk._reference_swa_alibi_attention(q, k, v, slopes, window, bm, bn)
+    assert torch.allclose(swa_by_log_softmax(q, k, v, slopes, window, bm, bn), want, atol=1e-5)

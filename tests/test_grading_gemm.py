@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from _grading_helpers import fails_with, stub
+from _grading_helpers import fails_with, pasted, stub
 from course_utils import gemm as G
 from course_utils import gemm_models as GM
 from course_utils.checks import ForbiddenCall, NotAttempted
@@ -336,8 +336,9 @@ def test_check_roofline():
     GG.check_roofline(written_differently, trials=10, quiet=True)
     with pytest.raises(NotAttempted):
         GG.check_roofline(stub)
-    fails_on_every_seed(GG.check_roofline, lambda m, n, k, s, p, bw: min(p, m * n * k / GM.gemm_min_bytes(m, n, k, s) * bw), "2 FLOPs")
-    fails_on_every_seed(GG.check_roofline, lambda m, n, k, s, p, bw: GM.gemm_intensity(m, n, k, s) * bw, "min(peak")
+    gm = pasted(GM)  # the check refuses course_utils.gemm_models: mistakes built from it are pasted, as a learner could
+    fails_on_every_seed(GG.check_roofline, lambda m, n, k, s, p, bw: min(p, m * n * k / gm.gemm_min_bytes(m, n, k, s) * bw), "2 FLOPs")
+    fails_on_every_seed(GG.check_roofline, lambda m, n, k, s, p, bw: gm.gemm_intensity(m, n, k, s) * bw, "min(peak")
     fails_on_every_seed(GG.check_roofline, lambda m, n, k, s, p, bw: min(p, 2 * m * n * k / ((m * k + k * n) * s) * bw), "C must be written")
     forbidden(GG.check_roofline, lambda *a: GM.roofline_bound(*a)[0], "roofline_bound")
     fails_on_every_seed(GG.check_roofline, lambda *a: 1.0e12, "roofline bound")
@@ -432,9 +433,20 @@ def test_check_split_k_solution_and_stub(sol05):
         GS.check_linear_split_k(stub)
 
 
+def _split_ranges(k, split_k, block_k):
+    """The prompt's K ranges, written here (GS.split_ranges is a grading function, which the check refuses)."""
+    steps = (k + split_k - 1) // split_k
+    chunk = (steps + block_k - 1) // block_k * block_k
+    return [(s * chunk, min((s + 1) * chunk, k)) for s in range(split_k)]
+
+
+def test_split_ranges_written_here_match_the_prompt():
+    assert all(_split_ranges(k, s, b) == GS.split_ranges(k, s, b) for k in range(1, 80) for s in (2, 3, 4) for b in (16, 32))
+
+
 def test_check_split_k_forbids_shortcuts():
     def by_matmul(x, w, out, workspace, block_m=32, block_n=32, block_k=16):
-        for s, (a, b) in enumerate(GS.split_ranges(x.shape[1], workspace.shape[0], block_k)):
+        for s, (a, b) in enumerate(_split_ranges(x.shape[1], workspace.shape[0], block_k)):
             workspace[s] = x[:, a:b] @ w[:, a:b].T
         out.copy_(workspace.sum(0))
 
@@ -474,3 +486,19 @@ def test_solution_kernels_compile_for_sm90_without_spills(sol05):
         signature = {p: "constexpr" if p in blocks else "i32" if p in ints else "*fp32" for p in params}
         compiled = gc.compile_for(kernel, arch=90, signature=signature, constexprs=blocks)
         assert not compiled.spills, (kernel.fn.__name__, compiled.summary())
+
+
+def test_check_split_k_refuses_the_gemm_whatever_path_reaches_it():
+    """torch.inner and a conv1d used as the GEMM are not named anywhere: the operator-level watch refuses them."""
+    def by_inner(x, w, out, workspace, block_m=32, block_n=32, block_k=16):
+        for s, (a, b) in enumerate(_split_ranges(x.shape[1], workspace.shape[0], block_k)):
+            workspace[s] = torch.inner(x[:, a:b], w[:, a:b])
+        out.copy_(workspace.sum(0))
+
+    def by_conv1d(x, w, out, workspace, block_m=32, block_n=32, block_k=16):
+        for s, (a, b) in enumerate(_split_ranges(x.shape[1], workspace.shape[0], block_k)):
+            workspace[s] = torch.nn.functional.conv1d(x[:, a:b].T.contiguous()[None], w[:, a:b, None].contiguous())[0].T
+        out.copy_(workspace.sum(0))
+
+    forbidden(GS.check_linear_split_k, by_inner, "aten::mm")
+    forbidden(GS.check_linear_split_k, by_conv1d, "aten::")

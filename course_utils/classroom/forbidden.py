@@ -482,8 +482,24 @@ class _Watch:
                     if code is not None:
                         self._given.add(code)
 
+    def _refused_itself(self, fn) -> None:
+        """The learner's answer *is* a refused function (``answer = grading._reference_x``), not a call from it."""
+        plain = inspect.unwrap(getattr(fn, "__func__", fn))
+        code = getattr(plain, "__code__", None)
+        module = getattr(plain, "__module__", None) or ""
+        if code is None and not inspect.isroutine(fn):  # a callable object: its class's __call__
+            call = vars(type(fn)).get("__call__")  # the class that defines it, not type.__call__
+            code = getattr(inspect.unwrap(call), "__code__", None) if call is not None else None
+            module = type(fn).__module__ or ""
+        if code is not None and code in self._codes:
+            self._refuse(self._codes[code])
+        elif module and _in(module, self._modules) and code not in self._given:
+            self._refuse(f"{module}.{getattr(plain, '__qualname__', getattr(type(fn), '__qualname__', '?'))} "
+                         f"(your answer is that function itself)")
+
     def call(self, fn, args=(), kwargs=None):
         """``fn(*args, **kwargs)`` under the watch, with NumPy arrays watched too; returns the result."""
+        self._refused_itself(fn)
         if callable(self.spec.max_numel):
             self._max_numel = int(self.spec.max_numel(tuple(args), dict(kwargs or {})))
         if callable(self.spec.max_traced_bytes):

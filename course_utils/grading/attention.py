@@ -15,7 +15,7 @@ import numpy as np
 
 from ..attention import attention_backward_naive, attention_naive, merge_states
 from ..classroom.checking import Mistake, check_function
-from .attention_watch import peak_watched
+from ..classroom.forbidden import ByHand
 from .attention_inputs import (FORBIDDEN_ATTENTION, FP32_EXP_OVERFLOW, FP64_EXP_OVERFLOW,
                                HOT_FP32_TOL, _cycle, _hot_row, _lse, _masked_attention,
                                _nonfinite_mistakes, _qkv, _rand)
@@ -26,6 +26,12 @@ __all__ = [
     "check_flash_forward_lse",
     "check_flash_backward_tiles",
 ]
+
+def _half_score_matrix(args, kwargs) -> int:
+    """Bytes a tiled answer may hold at once (tracemalloc's peak, NumPy's buffers included): half of a float64
+    (L, L) matrix; the long trials make the full matrix alone twice this, and the tiles far below it."""
+    return max(4 * args[0].shape[0] * args[1].shape[0], 2**18)
+
 
 # ---------------------------------------------------------------- exercise 1: merging two softmax states
 def check_merge_softmax_states(merge: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
@@ -221,10 +227,10 @@ def check_flash_forward_lse(flash_forward: Callable, *, trials: int = 5, seed: i
                 "the running m + log(l), not the last block's.",
                 lambda q, k, v, b: _online(q, k, v, b, rescale=False, lse="last")),
     ]
-    tiled = peak_watched(flash_forward, lambda q, k, v, b: max(4 * q.shape[0] * k.shape[0], 2**18), "flash_forward",
-                         "tile the keys: never hold the full (L, L) score matrix, only one (L, block_n) block at a time")
-    learner = _nonfinite_mistakes(tiled, "flash_forward", mistakes, FORBIDDEN_ATTENTION,
-                                  overflow=(FP64_EXP_OVERFLOW, mistakes[0].hint))
+    tiled = ByHand(max_traced_bytes=_half_score_matrix, large="the full (L, L) score matrix (tile the keys: hold only "
+                   "one (L, block_n) block at a time)")
+    learner = _nonfinite_mistakes(flash_forward, "flash_forward", mistakes, FORBIDDEN_ATTENTION,
+                                  overflow=(FP64_EXP_OVERFLOW, mistakes[0].hint), by_hand=tiled)
     check_function(learner, ref, make_inputs, name="flash_forward", trials=trials, seed=seed,
                    mistakes=mistakes, quiet=quiet)
 
@@ -277,7 +283,7 @@ def check_flash_backward_tiles(flash_backward: Callable, *, trials: int = 4, see
         mistake("no_delta_no_scale", "two slips: dS = P * (dP - delta) with delta = rowsum(dO * O), and dQ, dK carry "
                 "the 1/sqrt(d) factor.", delta=False, tau_in_grad=False),
     ]
-    tiled = peak_watched(flash_backward, lambda q, k, v, o, lse, do, b: max(4 * q.shape[0] * k.shape[0], 2**18), "flash_backward",
-                         "recompute P one (block, block) tile at a time: never hold the full (L, L) P, dP or dS")
-    check_function(tiled, ref, make_inputs, name="flash_backward", trials=trials, seed=seed,
+    tiled = ByHand(max_traced_bytes=_half_score_matrix, large="the full (L, L) P, dP or dS (recompute P one "
+                   "(block, block) tile at a time)")
+    check_function(flash_backward, ref, make_inputs, name="flash_backward", trials=trials, seed=seed, by_hand=tiled,
                    n=64, mistakes=mistakes, forbidden=FORBIDDEN_ATTENTION, quiet=quiet)  # float64 sums in another order

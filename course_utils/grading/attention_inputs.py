@@ -15,6 +15,7 @@ import numpy as np
 
 from ..attention import softmax_safe
 from ..classroom.checking import Mistake, call_learner
+from ..classroom.forbidden import ByHand
 from ..errors import CheckFailed
 from ..tolerances import tolerance_for
 
@@ -63,17 +64,18 @@ def _hot_row(rng, q, k, threshold):
 
 
 def _nonfinite_mistakes(fn: Callable, name: str, mistakes: list[Mistake], forbidden: tuple,
-                        overflow: tuple[float, str] | None = None) -> Callable:
+                        overflow: tuple[float, str] | None = None, by_hand: ByHand | None = None) -> Callable:
     """Call the learner's ``fn``; when its output holds NaN or inf, name the mistake that gives the same NaNs.
 
     ``check_function`` compares values; a NaN never equals a NaN there, so mistakes whose symptom is an
     overflow (no max subtraction) or a fully masked row (0/0) are matched here, NaN for NaN. With
     ``overflow=(threshold, hint)``, NaN/inf confined to the query rows whose scores exceed ``threshold``
-    (however the learner's NaNs spread within them) gets ``hint``.
+    (however the learner's NaNs spread within them) gets ``hint``. ``by_hand`` (a structure the prompt demands)
+    is watched around the learner's call, in the learner's kernel under the grader too.
     """
 
     def wrapped(*args):
-        out = call_learner(name, fn, args, forbidden=forbidden)
+        out = call_learner(name, fn, args, forbidden=forbidden, by_hand=by_hand)
         items = out if isinstance(out, tuple) else (out,)
         arrays = [np.asarray(x) for x in items if isinstance(x, np.ndarray)]
         if arrays and any(a.dtype.kind == "f" and not np.isfinite(a).all() for a in arrays):

@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 
 from ..classroom.checking import Mistake, check_function
+from ..classroom.forbidden import ByHand
 from .attention_inputs import FORBIDDEN_ATTENTION, _cycle
 
 __all__ = ["check_blocks_visited_window", "check_swa_alibi_attention", "check_flash_backward_atomic"]
@@ -30,16 +31,13 @@ FORBIDDEN_KERNEL = FORBIDDEN_ATTENTION + (
     "course_utils.attention_triton.flash_attention_triton", "course_utils.attention_triton.flash_attention",
     "course_utils.attention_triton_backward.flash_attention_backward_triton",
 )
-# For the operator-level by-hand watch (issue 23): what would compute each whole result.
-BY_HAND_SWA_ALIBI = {"allowed_ops": ("aten::empty", "aten::empty_like", "aten::zeros", "aten::zeros_like", "aten::contiguous",
-                                     "aten::clone", "aten::_to_copy"),
-                     "whole_result_ops": ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_attention_math",
-                                          "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_softmax",
-                                          "aten::bmm", "aten::mm", "aten::matmul")}
-BY_HAND_FLASH_BACKWARD_ATOMIC = {"allowed_ops": BY_HAND_SWA_ALIBI["allowed_ops"] + ("aten::mul", "aten::sum"),
-                                 "whole_result_ops": BY_HAND_SWA_ALIBI["whole_result_ops"] + (
-                                     "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
-                                     "aten::_scaled_dot_product_efficient_attention_backward")}
+# By hand (issue 23): torch operators that compute the whole result, whatever path reaches them (F.softmax,
+# log_softmax().exp(), F.scaled_dot_product_attention, einsum/inner as the matmul), and the topic's lesson modules
+# (course_utils.attention*, its Triton kernels included) are refused in the learner's code; the kernel is theirs.
+BY_HAND_SWA_ALIBI = ByHand(ops=("@attention", "@softmax", "@matmul"), modules=("course_utils.attention",))
+BY_HAND_FLASH_BACKWARD_ATOMIC = ByHand(ops=BY_HAND_SWA_ALIBI.ops + (
+    "_scaled_dot_product_flash_attention_for_cpu_backward", "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_flash_attention_backward"), modules=BY_HAND_SWA_ALIBI.modules)
 BLOCKS = [(16, 16), (32, 16), (16, 32)]
 
 
@@ -100,11 +98,10 @@ def check_blocks_visited_window(fn: Callable, *, trials: int = 6, seed: int | No
         Mistake("swapped blocks", "block_m tiles the queries and block_n the keys; you swapped them.",
                 lambda L, bm, bn, w: _reference_blocks_visited_window(L, bn, bm, w)),
     ]
-    from .attention_watch import peak_watched
-    learner = peak_watched(fn, lambda *a: 2**20, "blocks_visited_window",
-                           "count with arithmetic per query block; do not build a mask (the check draws sequences of 3000 to 5000 tokens)")
-    check_function(learner, _reference_blocks_visited_window, make_inputs, name="blocks_visited_window", trials=trials,
-                   seed=seed, mistakes=mistakes, quiet=quiet,
+    no_mask = ByHand(max_traced_bytes=2**20, large="a mask (count with arithmetic per query block; do not build a mask: "
+                     "the check draws sequences of 3000 to 5000 tokens)")
+    check_function(fn, _reference_blocks_visited_window, make_inputs, name="blocks_visited_window", trials=trials,
+                   seed=seed, mistakes=mistakes, quiet=quiet, by_hand=no_mask,
                    forbidden=("course_utils.attention_io.causal_blocks_visited",) + _own())
 
 
@@ -164,7 +161,8 @@ def check_swa_alibi_attention(fn: Callable, *, trials: int = 5, seed: int | None
         Mistake("no scale", "scale the scores by 1/sqrt(D) before adding the bias.", variant(scale=False)),
     ]
     check_function(fn, _reference_swa_alibi_attention, _swa_inputs_maker(), name="swa_alibi_attention", trials=trials,
-                   seed=seed, n=64, mistakes=mistakes, forbidden=FORBIDDEN_KERNEL + _own(), quiet=quiet)
+                   seed=seed, n=64, mistakes=mistakes, forbidden=FORBIDDEN_KERNEL + _own(), by_hand=BY_HAND_SWA_ALIBI,
+                   quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 8: the backward with atomic dQ
@@ -221,4 +219,5 @@ def check_flash_backward_atomic(fn: Callable, *, trials: int = 4, seed: int | No
         Mistake("P not transposed", "dV = P^T dO: each key collects from the queries that attended to it.", variant(pt=False)),
     ]
     check_function(fn, _reference_flash_backward_atomic, _backward_inputs_maker(), name="flash_backward_atomic",
-                   trials=trials, seed=seed, n=64, mistakes=mistakes, forbidden=FORBIDDEN_KERNEL + _own(), quiet=quiet)
+                   trials=trials, seed=seed, n=64, mistakes=mistakes, forbidden=FORBIDDEN_KERNEL + _own(),
+                   by_hand=BY_HAND_FLASH_BACKWARD_ATOMIC, quiet=quiet)

@@ -15,16 +15,16 @@ import numpy as np
 import torch
 
 from ..classroom.checking import CheckFailed, NotAttempted, call_learner, fresh_seed
+from ..classroom.forbidden import ByHand
 from ..gemm import TIER
 from .gemm_kernels import BLOCKS, C_FILL, FORBIDDEN_MATMUL, PAD, _cdiv, _on_device, _padded, _tolerance
 
 __all__ = ["check_linear_split_k", "split_ranges"]
 
-# For the operator-level by-hand watch (issue 23): what would compute the whole result.
-BY_HAND_LINEAR_SPLIT_K = {"allowed_ops": ("aten::sum", "aten::copy_", "aten::zero_", "aten::fill_", "aten::empty",
-                                          "aten::empty_like", "aten::zeros_like"),
-                          "whole_result_ops": ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear",
-                                               "aten::baddbmm", "aten::tensordot", "aten::einsum")}
+# By hand (issue 23): any torch operator that computes the GEMM (``torch.inner``, an einsum, a conv1d used as a
+# matmul all reach aten::mm/bmm/convolution) and the topic's lesson modules (course_utils.gemm, gemm_models) are
+# refused in the learner's code; the kernel's own tl.dot and the reduction's sum are theirs.
+BY_HAND_LINEAR_SPLIT_K = ByHand(ops=("@matmul", "@conv"), modules=("course_utils.gemm",))
 
 
 def split_ranges(k: int, split_k: int, block_k: int) -> list[tuple[int, int]]:
@@ -66,7 +66,8 @@ def check_linear_split_k(fn: Callable, *, trials: int = 3, seed: int | None = No
                  f"block_n={blocks[1]}, block_k={blocks[2]}; reproduce with seed={seed})")
         args = [_on_device(x_buf, x, device)[1], _on_device(w_buf, w, device)[1], out, work]
         try:
-            call_learner(name, fn, args, dict(block_m=blocks[0], block_n=blocks[1], block_k=blocks[2]), forbidden=FORBIDDEN_MATMUL)
+            call_learner(name, fn, args, dict(block_m=blocks[0], block_n=blocks[1], block_k=blocks[2]),
+                         forbidden=FORBIDDEN_MATMUL, by_hand=BY_HAND_LINEAR_SPLIT_K)
         except NotAttempted:
             raise
         except CheckFailed as exc:  # a stub kernel's NotImplementedError arrives wrapped in the interpreter's error

@@ -17,7 +17,7 @@ import torch
 
 from ..classroom.checking import Mistake, call_learner, check_function, fresh_seed
 from ..errors import CheckFailed
-from .attention_watch import watched
+from ..classroom.forbidden import ByHand
 
 
 class _Names:
@@ -41,7 +41,7 @@ class _Names:
 def _own_functions():
     """This module's private functions (references and the helpers behind them, mistakes included)."""
     return tuple(f"{__name__}.{n}" for n, v in globals().items()
-                 if n.startswith("_") and inspect.isfunction(v) and v.__module__ == __name__ and n not in ("_own_functions", "_matmul_limits"))
+                 if n.startswith("_") and inspect.isfunction(v) and v.__module__ == __name__ and n not in ("_own_functions", "_below_whole_weight"))
 
 
 _LLAMA = "transformers.models.llama.modeling_llama"
@@ -55,29 +55,15 @@ _QUANT_FORBIDDEN = ("course_utils.slm_quant.int4_groupwise", "course_utils.slm_q
                     "course_utils.slm_quant.unpack_int4", "course_utils.slm_quant.QuantLinear.forward",
                     "torch._weight_int4pack_mm", "torch._weight_int8pack_mm")
 
-# For the operator-level by-hand watch (issue 23): per by-hand exercise, the elementary aten ops it needs and
-# the aten ops that would compute the whole result. Not wired yet: the name lists above are what the checks use.
-_ELEMENTWISE = ("aten::add", "aten::sub", "aten::mul", "aten::div", "aten::neg", "aten::pow", "aten::exp", "aten::sqrt",
-                "aten::rsqrt", "aten::cos", "aten::sin", "aten::cat", "aten::stack", "aten::clone", "aten::copy_",
-                "aten::where", "aten::clamp", "aten::round", "aten::arange", "aten::zeros", "aten::ones", "aten::full",
-                "aten::index", "aten::index_put_", "aten::gather", "aten::scatter", "aten::lt", "aten::le", "aten::gt",
-                "aten::ge", "aten::eq", "aten::bitwise_and", "aten::bitwise_right_shift", "aten::_to_copy",
-                "aten::sum", "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::log")
-BY_HAND_APPLY_ROPE = {"allowed_ops": _ELEMENTWISE, "whole_result_ops": ()}
-BY_HAND_YARN_INV_FREQ = {"allowed_ops": _ELEMENTWISE, "whole_result_ops": ()}
-BY_HAND_DECODE_RAGGED = {
-    "allowed_ops": _ELEMENTWISE + ("aten::mm", "aten::bmm", "aten::matmul", "aten::_softmax", "aten::masked_fill",
-                                   "aten::repeat_interleave", "aten::expand"),
-    "whole_result_ops": ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_attention_math",
-                         "aten::_scaled_dot_product_flash_attention_for_cpu",
-                         "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_flash_attention")}
-BY_HAND_QUANTIZE_INT4_ASYM = {"allowed_ops": _ELEMENTWISE, "whole_result_ops": ("aten::quantize_per_channel",
-                                                                                "aten::_convert_weight_to_int4pack",
-                                                                                "aten::_convert_weight_to_int4pack_for_cpu")}
-BY_HAND_INT4_MATMUL = {
-    "allowed_ops": _ELEMENTWISE + ("aten::mm", "aten::bmm", "aten::matmul", "aten::bitwise_left_shift"),
-    "whole_result_ops": ("aten::_weight_int4pack_mm", "aten::_weight_int4pack_mm_for_cpu",
-                         "aten::_weight_int4pack_mm_with_scales_and_zeros", "aten::_weight_int8pack_mm")}
+# By hand (issue 23): per exercise, the torch operators that compute the whole result (whatever path reaches
+# them) and the topic's lesson modules (course_utils.slm, slm_quant, ...); course_utils.grading, transformers and
+# diffusers are always refused. Elementwise ops, indexing, reductions and (ex. 3, 5) the matmul stay the learner's.
+_SLM = ("course_utils.slm",)
+BY_HAND_APPLY_ROPE = ByHand(modules=_SLM)
+BY_HAND_YARN_INV_FREQ = ByHand(modules=_SLM)
+BY_HAND_DECODE_RAGGED = ByHand(ops=("@attention",), modules=_SLM)
+BY_HAND_QUANTIZE_INT4_ASYM = ByHand(ops=("quantize_per_channel", "quantize_per_tensor", "fake_quantize_per_channel_affine",
+                                         "_convert_weight_to_int4pack", "_convert_weight_to_int4pack_for_cpu"), modules=_SLM)
 
 
 def _t(rng, *shape, scale=1.0):
@@ -112,6 +98,7 @@ def _rope_inputs(rng):
 def check_apply_rope(fn, trials: int = 4, seed: int | None = None) -> None:
     """Ex. 1: rotate pairs (i, i + D/2) of x (B, H, T, D) by positions[t] * inv_freq[i]."""
     check_function(fn, _reference_apply_rope, _rope_inputs, name="apply_rope", trials=trials, seed=seed,
+                   by_hand=BY_HAND_APPLY_ROPE,
                    forbidden=_Names(_ROPE_FORBIDDEN, _ROPE_TRANSFORMERS, fn), mistakes=[
         Mistake("adjacent pairs", "you rotated adjacent pairs (x0, x1), (x2, x3)...; this exercise pairs x_i with x_{i+D/2} (rotate half).",
                 _rope_adjacent),
@@ -154,6 +141,7 @@ def check_yarn_inv_freq(fn, trials: int = 4, seed: int | None = None) -> None:
         return _theta(d, base * s ** (d / (d - 2))), 0.1 * math.log(s) + 1
 
     check_function(fn, _reference_yarn_inv_freq, _yarn_inputs, name="yarn_inv_freq", trials=trials, seed=seed,
+                   by_hand=BY_HAND_YARN_INV_FREQ,
                    forbidden=_Names((), _YARN_TRANSFORMERS, fn), mistakes=[
         Mistake("reversed ramp", "the ramp goes the other way: pairs that turn many times over the original context "
                 "(r > beta, high frequencies) keep theta; the slow ones (r < alpha) are divided by the factor.",
@@ -215,6 +203,7 @@ def check_decode_ragged(fn, trials: int = 4, seed: int | None = None) -> None:
         return wrong
 
     check_function(fn, _reference_decode_ragged, _ragged_inputs, name="decode_ragged", trials=trials, seed=seed,
+                   by_hand=BY_HAND_DECODE_RAGGED,
                    forbidden=_Names(_ATTN_FORBIDDEN, _ATTN_TRANSFORMERS, fn), mistakes=[
         Mistake("one length (max)", "each sequence has its own length: write sequence b's key at slot lengths[b] and let it "
                 "see its positions 0..lengths[b] only, not the longest sequence's.", shared(lambda n: n.max())),
@@ -276,6 +265,7 @@ def check_quantize_int4_asym(fn, trials: int = 4, seed: int | None = None) -> No
         return wrong
 
     check_function(fn, _reference_quantize_int4_asym, _quant_inputs, name="quantize_int4_asym", trials=trials, seed=seed,
+                   by_hand=BY_HAND_QUANTIZE_INT4_ASYM,
                    forbidden=_Names(_QUANT_FORBIDDEN), mistakes=[
         Mistake("16 levels", "4 bits give the codes 0..15: 15 steps between min and max, scale = (max - min) / 15.", variant(levels=16)),
         Mistake("per row", "one scale per group of `group` inputs, not per row: reshape to (out, in // group, group) first.",
@@ -310,9 +300,16 @@ def _matmul_inputs(rng):
     return torch.from_numpy(rng.standard_normal((n, n_groups * group))).float(), _pack(q), scale, zero, group
 
 
-def _matmul_limits(x, packed, scale, zero, group):
-    return [("float", packed.shape[0] * packed.shape[1] * 2,
-             "dequantize one group of columns at a time; never hold a float copy of the whole (out, in) weight")]
+def _below_whole_weight(args, kwargs):
+    """Elements a group-at-a-time answer may allocate at once: fewer than the whole (out, in) weight."""
+    packed = args[1]
+    return packed.shape[0] * packed.shape[1] * 2 - 1
+
+
+BY_HAND_INT4_MATMUL = ByHand(ops=("_weight_int4pack_mm", "_weight_int4pack_mm_for_cpu", "_weight_int4pack_mm_with_scales_and_zeros",
+                                  "_weight_int8pack_mm"), modules=_SLM,
+                             max_numel=_below_whole_weight, large="a copy of the whole (out, in) weight, unpacked or "
+                             "dequantized (work on one group of columns at a time)")
 
 
 def check_int4_matmul(fn, trials: int = 4, seed: int | None = None) -> None:
@@ -323,7 +320,7 @@ def check_int4_matmul(fn, trials: int = 4, seed: int | None = None) -> None:
     def variant(zero_of):
         return lambda x, p, s, z, g: _reference_int4_matmul(x, p, s, zero_of(z), g)
 
-    check_function(watched(fn, _matmul_limits, "int4_matmul"), _reference_int4_matmul, _matmul_inputs, name="int4_matmul",
+    check_function(fn, _reference_int4_matmul, _matmul_inputs, name="int4_matmul", by_hand=BY_HAND_INT4_MATMUL,
                    trials=trials, seed=seed, n=256, forbidden=_Names(_QUANT_FORBIDDEN, (), fn), mistakes=[
         Mistake("nibble order", "element 2j sits in the low nibble (packed & 15), element 2j+1 in the high one (packed >> 4).", swapped),
         Mistake("no zero", "subtract the zero point before scaling: W = (q - zero) * scale.", variant(torch.zeros_like)),
