@@ -1,6 +1,9 @@
 """Helpers for the tests of exercise checks (tests/test_grading_*.py)."""
 from __future__ import annotations
 
+import contextlib
+import io
+
 import pytest
 
 from course_utils.errors import CheckFailed, NotAttempted
@@ -115,10 +118,18 @@ SWEEP_SEEDS = range(4)
 
 
 def sweep_passes(check, fn, seeds=SWEEP_SEEDS, **kwargs):
-    """``check(fn)`` passes on each pinned seed and on fresh inputs."""
+    """``check(fn)`` passes on each pinned seed and on fresh inputs, printing nothing (``quiet=True``)."""
     for seed in seeds:
-        check(fn, seed=seed, quiet=True, **kwargs)
-    check(fn, quiet=True)  # fresh inputs
+        quiet_passes(check, fn, seed=seed, **kwargs)
+    quiet_passes(check, fn)  # fresh inputs
+
+
+def quiet_passes(check, fn, **kwargs):
+    """``check(fn, quiet=True)`` passes and prints nothing, not even its ✅ line."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        check(fn, quiet=True, **kwargs)
+    assert out.getvalue() == "", out.getvalue()
 
 
 def sweep_named(check, fn, fragment):

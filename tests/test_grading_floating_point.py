@@ -9,7 +9,7 @@ import torch
 from course_utils import floating_point as fp
 from course_utils import floating_point_rounding as fpr
 from course_utils.grading import floating_point as gfp
-from _grading_helpers import stub  # noqa: E402
+from _grading_helpers import quiet_passes, stub  # noqa: E402
 from _grading_helpers import SEED, Recorder, fails, forbidden, not_attempted, passes, rejects_recorded_answers  # noqa: E402
 
 
@@ -155,6 +155,11 @@ def test_check_passes_right_answers(check, solution, other, capsys):
     passes(check, solution)
     passes(check, other)
     assert capsys.readouterr().out.count("✅") == 4
+
+
+@pytest.mark.parametrize("check, solution", [c[:2] for c in CHECKS], ids=[c.__name__ for c, _, _ in CHECKS])
+def test_quiet_prints_nothing_on_a_right_answer(check, solution):
+    quiet_passes(check, solution, seed=SEED)
 
 
 @pytest.mark.parametrize("check", [c for c, _, _ in CHECKS], ids=[c.__name__ for c, _, _ in CHECKS])

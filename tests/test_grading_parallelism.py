@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from course_utils import parallelism_moe as pmoe
 from course_utils.checks import CheckFailed, ForbiddenCall
 from course_utils.grading import parallelism as g
-from _grading_helpers import each_mistake_is_named, right_answers_pass  # noqa: E402
+from _grading_helpers import each_mistake_is_named, quiet_passes, right_answers_pass  # noqa: E402
 
 
 # ---------------------------------------------------------------- the solutions, as in solutions/09, and other right answers
@@ -159,6 +159,11 @@ CASES = {
 @pytest.mark.parametrize("key", list(CASES))
 def test_solution_and_a_different_right_answer_pass_stub_is_not_attempted(key, capsys):
     right_answers_pass(*CASES[key], capsys, trials=8)
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_quiet_prints_nothing_on_a_right_answer(key):
+    quiet_passes(CASES[key][0], CASES[key][1], seed=12345)
 
 
 @pytest.mark.parametrize("key", list(CASES))

@@ -15,7 +15,7 @@ from course_utils import score_sde_solvers as sv
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import score_sde as gs
 from _grading_helpers import (SEED, each_mistake_is_named, fails, fails_with, forbidden, passes, pasted,  # noqa: E402
-                              right_answers_pass)
+                              quiet_passes, right_answers_pass)
 
 
 # ---------------------------------------------------------------- solutions, as in solutions/12, and other right answers
@@ -121,6 +121,11 @@ CASES = {
 @pytest.mark.parametrize("key", list(CASES))
 def test_solution_and_a_different_right_answer_pass_stub_is_not_attempted(key, capsys):
     right_answers_pass(*CASES[key], capsys, trials=8)
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_quiet_prints_nothing_on_a_right_answer(key):
+    quiet_passes(CASES[key][0], CASES[key][1], seed=SEED)
 
 
 @pytest.mark.parametrize("key", list(CASES))

@@ -14,7 +14,7 @@ from torch.distributions import Normal, kl_divergence
 from course_utils import vae
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import vae as gv
-from _grading_helpers import stub, fails_with  # noqa: E402
+from _grading_helpers import SEED, quiet_passes, stub, fails_with  # noqa: E402
 from _grading_helpers import each_mistake_is_named  # noqa: E402
 
 
@@ -216,6 +216,12 @@ def test_a_right_answer_written_differently_passes(key, capsys):
 
 
 @pytest.mark.parametrize("key", list(CASES))
+def test_quiet_prints_nothing_on_a_right_answer(key):
+    check, ok, _ = CASES[key]
+    quiet_passes(check, ok, seed=SEED)
+
+
+@pytest.mark.parametrize("key", list(CASES))
 def test_every_listed_mistake_is_named_with_its_own_hint(key, monkeypatch):
     each_mistake_is_named(gv, CASES[key][0], CASES[key][1], monkeypatch, trials=6)
 
@@ -268,7 +274,7 @@ def test_torch_distributions_is_forbidden_where_the_exercise_says_by_hand(key):
 # ---------------------------------------------------------------- exercise 7: the calibrated Gaussian decoder
 from course_utils.checks import ForbiddenCall  # noqa: E402
 from course_utils.grading import vae_calibrated as gvc  # noqa: E402
-from _grading_helpers import SEED, fails, right_answers_pass  # noqa: E402
+from _grading_helpers import fails, right_answers_pass  # noqa: E402
 
 
 def calibrated_ok(x, mean, mu, logvar):

@@ -34,7 +34,7 @@ def _half_score_matrix(args, kwargs) -> int:
 
 
 # ---------------------------------------------------------------- exercise 1: merging two softmax states
-def check_merge_softmax_states(merge: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
+def check_merge_softmax_states(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 1: ``merge(m1, l1, acc1, m2, l2, acc2) -> (m, l, acc)`` for two disjoint key sets."""
     kind = _cycle("general", "one_row", "tied", "far_apart")
 
@@ -91,7 +91,7 @@ def check_merge_softmax_states(merge: Callable, *, trials: int = 4, seed: int | 
         Mistake("min", "the merged max is the larger of m1 and m2 (np.maximum), not the smaller.",
                 lambda m1, l1, a1, m2, l2, a2: (np.minimum(m1, m2),) + merge_states(m1, l1, a1, m2, l2, a2)[1:]),
     ]
-    check_function(merge, merge_states, make_inputs, name="merge_softmax_states", trials=trials, seed=seed,
+    check_function(fn, merge_states, make_inputs, name="merge_softmax_states", trials=trials, seed=seed,
                    mistakes=mistakes, forbidden=FORBIDDEN_ATTENTION, quiet=quiet)
 
 
@@ -107,7 +107,7 @@ def _causal_by(q, k, v, keep=lambda i, j: j <= i, scale=None, fill=-np.inf, axis
         return (e / e.sum(axis, keepdims=True)) @ v
 
 
-def check_causal_attention(causal_attention: Callable, *, trials: int = 3, seed: int | None = None,
+def check_causal_attention(fn: Callable, *, trials: int = 3, seed: int | None = None,
                            quiet: bool = False) -> None:
     """Exercise 2: ``causal_attention(q, k, v)`` for ``(L, D)`` float32 arrays, scale ``1/sqrt(D)``.
 
@@ -152,7 +152,7 @@ def check_causal_attention(causal_attention: Callable, *, trials: int = 3, seed:
         Mistake("upper_no_scale", "two slips: keep the lower triangle (j <= i, np.tril) and scale by 1/sqrt(D).",
                 lambda q, k, v: _causal_by(q, k, v, keep=lambda i, j: j >= i, scale=1.0)),
     ]
-    learner = _nonfinite_mistakes(causal_attention, "causal_attention", mistakes, FORBIDDEN_ATTENTION,
+    learner = _nonfinite_mistakes(fn, "causal_attention", mistakes, FORBIDDEN_ATTENTION,
                                   overflow=(FP32_EXP_OVERFLOW, mistakes[0].hint))
     check_function(learner, ref, make_inputs, name="causal_attention", trials=trials, seed=seed,
                    rtol=HOT_FP32_TOL, atol=HOT_FP32_TOL, mistakes=mistakes, quiet=quiet)
@@ -182,7 +182,7 @@ def _online_steps(q, k, v, block_n, rescale, track_max, lse, scale):
     return acc / l[:, None], out[lse]
 
 
-def check_flash_forward_lse(flash_forward: Callable, *, trials: int = 5, seed: int | None = None,
+def check_flash_forward_lse(fn: Callable, *, trials: int = 5, seed: int | None = None,
                             quiet: bool = False) -> None:
     """Exercise 4: ``flash_forward(q, k, v, block_n) -> (o, lse)``, one query block against key blocks.
 
@@ -229,14 +229,14 @@ def check_flash_forward_lse(flash_forward: Callable, *, trials: int = 5, seed: i
     ]
     tiled = ByHand(max_traced_bytes=_half_score_matrix, large="the full (L, L) score matrix (tile the keys: hold only "
                    "one (L, block_n) block at a time)")
-    learner = _nonfinite_mistakes(flash_forward, "flash_forward", mistakes, FORBIDDEN_ATTENTION,
+    learner = _nonfinite_mistakes(fn, "flash_forward", mistakes, FORBIDDEN_ATTENTION,
                                   overflow=(FP64_EXP_OVERFLOW, mistakes[0].hint), by_hand=tiled)
     check_function(learner, ref, make_inputs, name="flash_forward", trials=trials, seed=seed,
                    mistakes=mistakes, quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 5: tiled backward
-def check_flash_backward_tiles(flash_backward: Callable, *, trials: int = 4, seed: int | None = None,
+def check_flash_backward_tiles(fn: Callable, *, trials: int = 4, seed: int | None = None,
                                quiet: bool = False) -> None:
     """Exercise 5: ``flash_backward(q, k, v, o, lse, do, block) -> (dq, dk, dv)``, tiled, non-causal.
 
@@ -285,5 +285,5 @@ def check_flash_backward_tiles(flash_backward: Callable, *, trials: int = 4, see
     ]
     tiled = ByHand(max_traced_bytes=_half_score_matrix, large="the full (L, L) P, dP or dS (recompute P one "
                    "(block, block) tile at a time)")
-    check_function(flash_backward, ref, make_inputs, name="flash_backward", trials=trials, seed=seed, by_hand=tiled,
+    check_function(fn, ref, make_inputs, name="flash_backward", trials=trials, seed=seed, by_hand=tiled,
                    n=64, mistakes=mistakes, forbidden=FORBIDDEN_ATTENTION, quiet=quiet)  # float64 sums in another order

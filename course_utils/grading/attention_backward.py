@@ -53,7 +53,7 @@ def _reference_dkdv_tile(k, v, q, o, do, lse):
     return _tile_grads(k, v, q, o, do, lse)
 
 
-def check_dkdv_tile(dkdv_tile: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
+def check_dkdv_tile(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 6: ``dkdv_tile(k_j, v_j, q_i, o_i, do_i, lse_i) -> (dk_j, dv_j)`` for one (query, key) tile.
 
     Shapes: ``k_j``, ``v_j`` ``(bn, D)``; ``q_i``, ``o_i``, ``do_i`` ``(bm, D)``; ``lse_i`` ``(bm,)``. Tiles cycle
@@ -95,5 +95,5 @@ def check_dkdv_tile(dkdv_tile: Callable, *, trials: int = 4, seed: int | None = 
                 lambda k, v, q, o, do, lse: _tile_grads(k, v, q, o, do, lse, delta="none",
                                                         scale=math.sqrt(q.shape[1]))),
     ]
-    check_function(dkdv_tile, _reference_dkdv_tile, make_inputs, name="dkdv_tile", trials=trials, seed=seed,
+    check_function(fn, _reference_dkdv_tile, make_inputs, name="dkdv_tile", trials=trials, seed=seed,
                    n=16, mistakes=mistakes, forbidden=FORBIDDEN_BACKWARD, quiet=quiet)

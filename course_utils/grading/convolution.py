@@ -46,7 +46,7 @@ def _reference_output_shape(hw, kernel, stride, padding, dilation):
     return tuple(conv_output_size(hw[a], kernel[a], stride[a], padding[a], dilation[a]) for a in range(2))
 
 
-def check_conv_output_shape(conv_output_shape: Callable, *, trials: int = 6, seed: int | None = None,
+def check_conv_output_shape(fn: Callable, *, trials: int = 6, seed: int | None = None,
                             quiet: bool = False) -> None:
     """Exercise 1: ``(hw, kernel, stride, padding, dilation)``, each an ``(H-axis, W-axis)`` pair -> ``(H_out, W_out)``."""
     counter = itertools.count()
@@ -68,10 +68,10 @@ def check_conv_output_shape(conv_output_shape: Callable, *, trials: int = 6, see
                 return args
 
     def size_with(formula, swap=False):
-        def fn(hw, k, s, p, d):
+        def size(hw, k, s, p, d):
             b = (1, 0) if swap else (0, 1)
             return tuple(formula(hw[a], k[a], s[b[a]], p[a], d[a]) for a in range(2))
-        return fn
+        return size
 
     right = lambda n, k, s, p, d: (n + 2 * p - d * (k - 1) - 1) // s + 1  # noqa: E731
     mistakes = [
@@ -88,7 +88,7 @@ def check_conv_output_shape(conv_output_shape: Callable, *, trials: int = 6, see
     ]
 
     def as_tuple(*args):
-        got = call_learner("conv_output_shape", conv_output_shape, args, forbidden=forbidden)
+        got = call_learner("conv_output_shape", fn, args, forbidden=forbidden)
         if isinstance(got, (list, np.ndarray, torch.Size)):
             got = tuple(got)
         if isinstance(got, tuple):
@@ -110,7 +110,7 @@ def _reference_im2col_nhwc(x, kh, kw, stride, padding):
     return np.ascontiguousarray(cols.reshape(c, kh, kw, -1).transpose(3, 1, 2, 0).reshape(-1, kh * kw * c))
 
 
-def check_im2col_nhwc(im2col_nhwc: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
+def check_im2col_nhwc(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 2: channels-last im2col, the layout of implicit-GEMM kernels on NHWC tensors."""
     counter = itertools.count()
 
@@ -154,7 +154,7 @@ def check_im2col_nhwc(im2col_nhwc: Callable, *, trials: int = 4, seed: int | Non
     ]
     forbidden = UNFOLD_OPS + ("course_utils.convolution.im2col", "course_utils.convolution.im2col_view",
                               _HERE + "_reference_im2col_nhwc")
-    check_function(im2col_nhwc, _reference_im2col_nhwc, make_inputs, name="im2col_nhwc", trials=trials, seed=seed,
+    check_function(fn, _reference_im2col_nhwc, make_inputs, name="im2col_nhwc", trials=trials, seed=seed,
                    mistakes=mistakes, forbidden=forbidden, quiet=quiet)
 
 
@@ -163,7 +163,7 @@ def _reference_conv2d_grouped(x, w, stride, padding, groups):
     return _torch_conv(x, w, stride, padding, 1, groups)
 
 
-def check_conv2d_grouped(conv2d_grouped: Callable, *, trials: int = 4, seed: int | None = None,
+def check_conv2d_grouped(fn: Callable, *, trials: int = 4, seed: int | None = None,
                          quiet: bool = False) -> None:
     """Exercise 3: ``groups``-way grouped convolution as one batched GEMM (depthwise when groups == C_in)."""
     counter = itertools.count()
@@ -223,7 +223,7 @@ def check_conv2d_grouped(conv2d_grouped: Callable, *, trials: int = 4, seed: int
     forbidden = CONV_OPS + UNFOLD_OPS + COURSE_CONVS + (_HERE + "_reference_conv2d_grouped",)
     # atol: fp32 sums of up to 18 products of size ~1 in another order than torch's; outputs near 0
     # cannot meet a relative tolerance. Every mistake above changes outputs by O(1).
-    check_function(conv2d_grouped, _reference_conv2d_grouped, make_inputs, name="conv2d_grouped", trials=trials,
+    check_function(fn, _reference_conv2d_grouped, make_inputs, name="conv2d_grouped", trials=trials,
                    seed=seed, atol=1e-4, mistakes=mistakes, forbidden=forbidden, by_hand=ALLOW_IM2COL, quiet=quiet)
 
 
@@ -232,7 +232,7 @@ def _reference_conv1x1(x, w):
     return torch.einsum("nchw,oc->nohw", x, w).contiguous()
 
 
-def check_conv1x1(conv1x1: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
+def check_conv1x1(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 6: a 1x1 convolution of NCHW ``x`` with ``w (C_out, C_in)`` as one matmul, contiguous result (torch)."""
     counter = itertools.count()
     forbidden = CONV_OPS + ("torch.einsum", "torch.tensordot", _HERE + "_reference_conv1x1")
@@ -249,7 +249,7 @@ def check_conv1x1(conv1x1: Callable, *, trials: int = 4, seed: int | None = None
         return x, w
 
     def contiguous_result(x, w):
-        got = call_learner("conv1x1", conv1x1, (x, w), forbidden=forbidden)
+        got = call_learner("conv1x1", fn, (x, w), forbidden=forbidden)
         if isinstance(got, torch.Tensor) and got.ndim == 4 and not got.is_contiguous():
             raise CheckFailed("conv1x1: the values may be right but the result is a permuted view, not contiguous, "
                               "as the exercise asks; end with .contiguous() (or reshape a contiguous product).")
@@ -289,7 +289,7 @@ def _reference_column_matrix_mib(x_shape, w_shape, stride, padding, itemsize):
     return _column_bytes(x_shape, w_shape, stride, padding, itemsize) / 2 ** 20
 
 
-def check_column_matrix_mib(column_matrix_mib: Callable, *, trials: int = 5, seed: int | None = None,
+def check_column_matrix_mib(fn: Callable, *, trials: int = 5, seed: int | None = None,
                             quiet: bool = False) -> None:
     """Exercise 7: MiB of the im2col column matrix of a layer, ``(x_shape, w_shape, stride, padding, itemsize)``."""
     counter = itertools.count()
@@ -307,11 +307,11 @@ def check_column_matrix_mib(column_matrix_mib: Callable, *, trials: int = 5, see
         return (int(rng.integers(1, 129)), c_in, h, w), (c_out, c_in, k, k), stride, padding, itemsize
 
     def bytes_with(**change):
-        def fn(x_shape, w_shape, stride, padding, itemsize, scale=2 ** 20):
+        def mib(x_shape, w_shape, stride, padding, itemsize, scale=2 ** 20):
             args = dict(x_shape=x_shape, w_shape=w_shape, stride=stride, padding=padding, itemsize=itemsize)
             args.update({k: (v(args) if callable(v) else v) for k, v in change.items() if k != "scale"})
             return _column_bytes(**args) / change.get("scale", scale)
-        return fn
+        return mib
 
     mistakes = [
         Mistake("mb", "that is in MB (1e6 bytes); the question asks for MiB (2**20 bytes).", bytes_with(scale=1e6)),
@@ -330,6 +330,6 @@ def check_column_matrix_mib(column_matrix_mib: Callable, *, trials: int = 5, see
     ]
     forbidden = UNFOLD_OPS + ("course_utils.convolution.im2col", _HERE + "_reference_column_matrix_mib",
                               _HERE + "_column_bytes")
-    check_function(column_matrix_mib, _reference_column_matrix_mib, make_inputs, name="column_matrix_mib",
+    check_function(fn, _reference_column_matrix_mib, make_inputs, name="column_matrix_mib",
                    trials=trials, seed=seed, rtol=1e-9, atol=0.0, mistakes=mistakes, forbidden=forbidden,
                    by_hand=ByHand(allow=("course_utils.convolution.conv_output_size",)), quiet=quiet)

@@ -57,7 +57,7 @@ def _grad_weight_unpadded(x, grad_out, k, s, p):
     return np.einsum("ncpqij,noij->ocpq", view[..., :oh2, :ow2], grad_out[:, :, :oh2, :ow2])
 
 
-def check_conv2d_grad_weight(conv2d_grad_weight: Callable, *, trials: int = 4, seed: int | None = None,
+def check_conv2d_grad_weight(fn: Callable, *, trials: int = 4, seed: int | None = None,
                              quiet: bool = False) -> None:
     """Exercise 4: ``dL/dW`` from ``x`` and ``dL/dout`` (float64), checked against autograd."""
     counter = itertools.count()
@@ -84,7 +84,7 @@ def check_conv2d_grad_weight(conv2d_grad_weight: Callable, *, trials: int = 4, s
     # the prompt lets the learner build Cols with the lesson's im2col (eq. 8 is the exercise)
     allow = ByHand(allow=("course_utils.convolution.im2col", "course_utils.convolution.im2col_view",
                           "course_utils.convolution.conv_output_size"))
-    check_function(conv2d_grad_weight, reference, make_inputs, name="conv2d_grad_weight", trials=trials, seed=seed,
+    check_function(fn, reference, make_inputs, name="conv2d_grad_weight", trials=trials, seed=seed,
                    mistakes=mistakes, forbidden=forbidden, by_hand=allow, quiet=quiet)
 
 
@@ -93,7 +93,7 @@ def _reference_conv2d_grad_input(grad_out, w, hw, s, p):
     return _autograd_grads(x, w, grad_out, s, p)[0]
 
 
-def check_conv2d_grad_input(conv2d_grad_input: Callable, *, trials: int = 4, seed: int | None = None,
+def check_conv2d_grad_input(fn: Callable, *, trials: int = 4, seed: int | None = None,
                             quiet: bool = False) -> None:
     """Exercise 5: ``dL/dx`` from ``W`` and ``dL/dout`` (float64): a transposed convolution, checked against autograd."""
     counter = itertools.count()
@@ -134,5 +134,5 @@ def check_conv2d_grad_input(conv2d_grad_input: Callable, *, trials: int = 4, see
     ]
     forbidden = (CONV_OPS + UNFOLD_OPS + AUTOGRAD + COURSE_CONVS
                  + ("course_utils.convolution.col2im", _HERE + "_reference_conv2d_grad_input"))
-    check_function(conv2d_grad_input, reference, make_inputs, name="conv2d_grad_input", trials=trials, seed=seed,
+    check_function(fn, reference, make_inputs, name="conv2d_grad_input", trials=trials, seed=seed,
                    mistakes=mistakes, forbidden=forbidden, quiet=quiet)

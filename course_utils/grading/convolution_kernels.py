@@ -52,7 +52,7 @@ def _reference_micro_kernel_update(c, a_panel, b_panel, i0, j0):
     return _write_back(c, _tile(a_panel, b_panel), i0, j0)
 
 
-def check_micro_kernel_update(micro_kernel_update: Callable, *, trials: int = 6, seed: int | None = None,
+def check_micro_kernel_update(fn: Callable, *, trials: int = 6, seed: int | None = None,
                               quiet: bool = False) -> None:
     """Exercise 8: ``(c (M, N), a_panel (kc, mr), b_panel (kc, nr), i0, j0)`` -> a new C with the tile added."""
     counter = itertools.count()
@@ -95,5 +95,5 @@ def check_micro_kernel_update(micro_kernel_update: Callable, *, trials: int = 6,
         Mistake("swapped_offsets", "i0 is the tile's first row and j0 its first column", lambda c, a, b, i0, j0:
                 _write_back(c, _tile(a, b), j0, i0)),
     ]
-    check_function(micro_kernel_update, _reference_micro_kernel_update, make_inputs, name="micro_kernel_update",
+    check_function(fn, _reference_micro_kernel_update, make_inputs, name="micro_kernel_update",
                    trials=trials, seed=seed, n=40, mistakes=mistakes, forbidden=forbidden, by_hand=ByHand(**BY_HAND_MICRO_KERNEL), quiet=quiet)

@@ -69,7 +69,7 @@ def _zero_snr_inputs(rng):
     return T, float(rng.uniform(0.001, 0.1)), float(rng.choice([0.999, 0.99, 0.9, 0.5]))
 
 
-def check_zero_snr_cosine_alpha_bar(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+def check_zero_snr_cosine_alpha_bar(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 1: ``fn(T, s, max_beta) -> alpha_bar`` (T,) float64: the capped cosine schedule, rescaled
     (Lin et al., Algorithm 1) so that sqrt(alpha_bar) keeps its first value and ends at exactly 0."""
     ref = _reference_zero_snr_cosine_alpha_bar
@@ -102,7 +102,7 @@ def check_zero_snr_cosine_alpha_bar(fn: Callable, *, trials: int = 6, seed: int 
                    mistakes=mistakes,
                    forbidden=(*_DIFFUSERS_SCHEDULES, "course_utils.diffusion.cosine_schedule",
                               "course_utils.diffusion.cosine_alpha_bar_fn",
-                              "course_utils.grading.diffusion._reference_zero_snr_cosine_alpha_bar"))
+                              "course_utils.grading.diffusion._reference_zero_snr_cosine_alpha_bar"), quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 2: the one-step posterior
@@ -125,7 +125,7 @@ def _posterior_inputs():
     return make
 
 
-def check_posterior(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+def check_posterior(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 2: ``fn(x0, x_t, alpha_bar, t) -> (mean, variance)`` of q(x_{t-1} | x_t, x_0)."""
 
     def parts(ab, t):
@@ -177,7 +177,7 @@ def check_posterior(fn: Callable, *, trials: int = 6, seed: int | None = None) -
                     "/ (1 - alpha_bar_t).", swapped),
         ],
         forbidden=("course_utils.diffusion.posterior_mean_variance", "course_utils.diffusion.ddpm_step",
-                   "course_utils.grading.diffusion._reference_posterior"),
+                   "course_utils.grading.diffusion._reference_posterior"), quiet=quiet,
     )
 
 
@@ -220,7 +220,7 @@ def _ddim_x0_inputs():
     return make
 
 
-def check_ddim_step_from_x0(fn: Callable, *, trials: int = 8, seed: int | None = None) -> None:
+def check_ddim_step_from_x0(fn: Callable, *, trials: int = 8, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 3: ``fn(x_t, x0_pred, alpha_bar, t, s, eta, noise) -> x_s``, one DDIM step from t to any s < t
     (s = -1: the data) for a network that predicts x0."""
 
@@ -263,7 +263,7 @@ def check_ddim_step_from_x0(fn: Callable, *, trials: int = 8, seed: int | None =
         ],
         forbidden=("course_utils.diffusion.ddim_step", "course_utils.diffusion.ddim_sigma",
                    "course_utils.diffusion.predict_x0", "diffusers.DDIMScheduler.step",
-                   "course_utils.grading.diffusion._reference_ddim_step_from_x0"),
+                   "course_utils.grading.diffusion._reference_ddim_step_from_x0"), quiet=quiet,
     )
 
 
@@ -278,7 +278,7 @@ def _v_inputs(rng):
     return rng.standard_normal((n, 2)), rng.standard_normal((n, 2)), float(rng.uniform(0.02, 0.98))
 
 
-def check_from_v_prediction(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+def check_from_v_prediction(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 4: ``fn(x_t, v, alpha_bar_t) -> (x0, eps)`` for v = sqrt(abar) eps - sqrt(1-abar) x0."""
 
     def signs(sx, se):  # sx: sign of v in x0; se: sign of v in eps
@@ -307,7 +307,7 @@ def check_from_v_prediction(fn: Callable, *, trials: int = 6, seed: int | None =
             Mistake("coefs", "the coefficients are swapped: x0 takes sqrt(alpha_bar) on x_t, eps takes sqrt(1 - alpha_bar).",
                     swapped_coefs),
         ],
-        forbidden=("course_utils.grading.diffusion._reference_from_v_prediction",),
+        forbidden=("course_utils.grading.diffusion._reference_from_v_prediction",), quiet=quiet,
     )
 
 
@@ -351,7 +351,7 @@ def _loss_inputs():
     return make
 
 
-def check_ddpm_loss(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+def check_ddpm_loss(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 5: ``fn(model, x0, t, noise, betas) -> scalar tensor``, the DDPM simple loss."""
 
     def with_ab(ab_fn, target="noise", reduce="mean", sqrt=True):
@@ -389,7 +389,7 @@ def check_ddpm_loss(fn: Callable, *, trials: int = 6, seed: int | None = None) -
                     with_ab(bar, reduce="sum")),
         ],
         forbidden=("course_utils.diffusion.q_sample", "diffusers.DDPMScheduler.add_noise",
-                   "course_utils.grading.diffusion._reference_ddpm_loss"),
+                   "course_utils.grading.diffusion._reference_ddpm_loss"), quiet=quiet,
     )
 
 
@@ -407,7 +407,7 @@ def _reference_mmd_unbiased(a, b, sigma):
     return torch.tensor(mmd_rbf(a, b, (sigma,)), dtype=torch.float64)
 
 
-def check_mmd(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+def check_mmd(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 6: ``fn(a, b, sigma) -> 0-d tensor``, unbiased MMD^2 with k = exp(-|x-y|^2 / (2 sigma^2))."""
 
     def kernel(x, y, sigma):
@@ -439,6 +439,7 @@ def check_mmd(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None
             Mistake("sigma", "divide by sigma squared (a variance), not by sigma.", sigma_not_squared),
         ],
         forbidden=("course_utils.diffusion_metrics.mmd_rbf", "course_utils.grading.diffusion._reference_mmd_unbiased"),
+        quiet=quiet,
     )
 
 

@@ -85,7 +85,7 @@ def _dpm_inputs(rng):
     return _EpsModel(rng, T), torch.tensor(rng.standard_normal((B, 2))), sched.alpha_bar.numpy(), [int(t) for t in ts]
 
 
-def check_dpm_solver_2m(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+def check_dpm_solver_2m(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 7: ``fn(eps_model, x, alpha_bar, timesteps) -> samples``, DPM-Solver++(2M) then the final denoising."""
 
     def variant(**kw):
@@ -111,7 +111,7 @@ def check_dpm_solver_2m(fn: Callable, *, trials: int = 6, seed: int | None = Non
                    _DIFFUSERS + "dpm_solver_first_order_update", _DIFFUSERS + "convert_model_output",
                    "course_utils.diffusion.ddim_step", "course_utils.diffusion.sample",
                    "course_utils.grading.diffusion_sampler._reference_dpm_solver_2m",
-                   "course_utils.grading.diffusion_sampler._dpm2m"),
+                   "course_utils.grading.diffusion_sampler._dpm2m"), quiet=quiet,
     )
 
 

@@ -54,7 +54,7 @@ FORMAT_LIMITS_FORBIDDEN = ("course_utils.grading.floating_point._reference_limit
                            "course_utils.floating_point.FloatFormat")
 
 
-def check_format_limits(format_limits: Callable, *, trials: int = 5, seed: int | None = None) -> None:
+def check_format_limits(fn: Callable, *, trials: int = 5, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 1: ``(exp_bits, man_bits) -> (max, smallest_normal, smallest_subnormal, eps)`` of an IEEE-style format."""
     # FP16, BF16, FP8 E5M2 first (compared with torch.finfo); then a format no table lists, so that a lookup
     # table of known formats fails; then random widths, FP32/FP64 among them.
@@ -80,7 +80,7 @@ def check_format_limits(format_limits: Callable, *, trials: int = 5, seed: int |
 
     r = _reference_limits
     check_function(
-        format_limits, _reference_limits_torch, make_inputs, name="format_limits", trials=trials, seed=seed, rtol=1e-12, atol=0.0,
+        fn, _reference_limits_torch, make_inputs, name="format_limits", trials=trials, seed=seed, rtol=1e-12, atol=0.0,
         forbidden=FORMAT_LIMITS_FORBIDDEN,
         mistakes=[
             Mistake("bias_off_by_one", "your numbers are off by a factor of two: the bias is 2**(exp_bits-1) - 1, "
@@ -98,7 +98,7 @@ def check_format_limits(format_limits: Callable, *, trials: int = 5, seed: int |
                     lambda e, m: r(e, m)[:2] + (r(e, m)[2] / 2,) + r(e, m)[3:]),
             Mistake("unit_roundoff", "your eps is half the gap above 1 (that is the unit roundoff u): machine epsilon "
                     "is the gap itself, 2**-man_bits.", lambda e, m: r(e, m)[:3] + (r(e, m)[3] / 2,)),
-        ],
+        ], quiet=quiet,
     )
 
 
@@ -114,7 +114,7 @@ DECODE_FORBIDDEN = ("torch.Tensor.view", "course_utils.floating_point.decode", "
                     "course_utils.floating_point.bits_of", "course_utils.grading.floating_point._reference_decode")
 
 
-def check_decode(decode_fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+def check_decode(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 2: ``decode_any(bits, exp_bits, man_bits, no_inf=False)`` for any IEEE-like format, FP8 included.
 
     Every trial holds both zeros (+0 and -0): a decoder that loses the sign of zero fails.
@@ -138,7 +138,7 @@ def check_decode(decode_fn: Callable, *, trials: int = 6, seed: int | None = Non
 
     def variant(bias_shift=0, subnormal_hidden=False, sub_exp0=False, ignore_specials=False, ignore_sign=False,
                 specials_ieee=False, unsigned_zero=False):
-        def fn(bits, e, m, no_inf):
+        def decoded(bits, e, m, no_inf):
             s, E, M = fields(bits, e, m)
             bias = 2 ** (e - 1) - 1 + bias_shift
             hidden = np.where((E > 0) | subnormal_hidden, 2.0**m, 0.0)
@@ -153,11 +153,11 @@ def check_decode(decode_fn: Callable, *, trials: int = 6, seed: int | None = Non
             if unsigned_zero:
                 return np.where(v == 0, 0.0, np.where(s == 1, -v, v))
             return v if ignore_sign else np.where(s == 1, -v, v)
-        return fn
+        return decoded
 
     name = "decode_any"
     check_function(
-        _wrap_learner(decode_fn, name, DECODE_FORBIDDEN), _wrap_values(ref, name), make_inputs, name=name, trials=trials,
+        _wrap_learner(fn, name, DECODE_FORBIDDEN), _wrap_values(ref, name), make_inputs, name=name, trials=trials,
         seed=seed, rtol=0.0, atol=0.0,
         mistakes=[
             Mistake("sign_of_zero", "the pattern with only the sign bit set is -0.0, and yours came out +0.0: apply the "
@@ -179,7 +179,7 @@ def check_decode(decode_fn: Callable, *, trials: int = 6, seed: int | None = Non
                     _wrap_values(variant(specials_ieee=True), name)),
             Mistake("sign", "negative patterns come out positive: the top bit is the sign, multiply by (-1)**s.",
                     _wrap_values(variant(ignore_sign=True), name)),
-        ],
+        ], quiet=quiet,
     )
 
 
@@ -196,7 +196,7 @@ ROUND_FORBIDDEN = ("numpy.round", "numpy.around", "numpy.rint", "numpy.ndarray.r
                    "course_utils.grading.floating_point._ref_rne", "course_utils.floating_point.FloatFormat")
 
 
-def check_round_to_nearest_even(round_fn: Callable, *, trials: int = 4, seed: int | None = None) -> None:
+def check_round_to_nearest_even(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 3: ``round_fp32(x, exp_bits, man_bits)``: FP32 array -> values rounded to nearest-even, IEEE overflow."""
     pick = _in_turn([(5, 10), (8, 7), (5, 2), (4, 3)], lambda rng: (int(rng.integers(3, 9)), int(rng.integers(1, 12))))
 
@@ -207,7 +207,7 @@ def check_round_to_nearest_even(round_fn: Callable, *, trials: int = 4, seed: in
 
     name = "round_fp32"
     check_function(
-        _wrap_learner(round_fn, name, ROUND_FORBIDDEN), _wrap_values(_ref_rne, name), make_inputs, name=name, trials=trials,
+        _wrap_learner(fn, name, ROUND_FORBIDDEN), _wrap_values(_ref_rne, name), make_inputs, name=name, trials=trials,
         seed=seed,
         rtol=0.0, atol=0.0,
         mistakes=[
@@ -226,11 +226,11 @@ def check_round_to_nearest_even(round_fn: Callable, *, trials: int = 4, seed: in
             Mistake("saturate", "values beyond the maximum should become inf (IEEE), not saturate at max; only "
                     "E4M3FN casts in torch saturate.",
                     _wrap_values(lambda x, e, m: _rounded_variant(x, e, m, "saturate"), name)),
-        ],
+        ], quiet=quiet,
     )
 
 
-def check_overflow_underflow(classify_fn: Callable, *, trials: int = 4, seed: int | None = None) -> None:
+def check_overflow_underflow(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 4: predict per value whether rounding to a format gives 0 zero, 1 subnormal, 2 normal or 3 overflow."""
     pick = _in_turn([(5, 10), (8, 7), (5, 2), (4, 3)], lambda rng: (int(rng.integers(3, 9)), int(rng.integers(1, 12))))
 
@@ -248,7 +248,7 @@ def check_overflow_underflow(classify_fn: Callable, *, trials: int = 4, seed: in
 
     name = "will_it_fit"
     check_function(
-        classify_fn, ref, make_inputs, name=name, trials=trials, seed=seed,
+        fn, ref, make_inputs, name=name, trials=trials, seed=seed,
         forbidden=ROUND_FORBIDDEN + ("course_utils.floating_point_rounding.classify",),
         mistakes=[
             Mistake("before_rounding", "decide after rounding: values a little above max that round down to max "
@@ -259,7 +259,7 @@ def check_overflow_underflow(classify_fn: Callable, *, trials: int = 4, seed: in
                     lambda x, e, m: _classify_variant(x, e, m, "no_subnormals")),
             Mistake("bias", "your thresholds are off by a factor of two: the bias is 2**(exp_bits-1) - 1.",
                     lambda x, e, m: _classify_variant(x, e, m, "bias")),
-        ],
+        ], quiet=quiet,
     )
 
 
@@ -274,7 +274,7 @@ KAHAN_FORBIDDEN = ("math.fsum", "numpy.sum", "numpy.cumsum", "numpy.ndarray.sum"
                    "course_utils.floating_point_summation.sequential_sum")
 
 
-def check_kahan_sum(kahan_fn: Callable, *, trials: int = 4, seed: int | None = None) -> None:
+def check_kahan_sum(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 5: Kahan summation of a float16 vector with every operation in float16."""
 
     counter = iter(range(1 << 30))
@@ -297,7 +297,7 @@ def check_kahan_sum(kahan_fn: Callable, *, trials: int = 4, seed: int | None = N
         return s
 
     def guard(x):
-        got = call_learner("kahan_sum_fp16", kahan_fn, (x,), forbidden=KAHAN_FORBIDDEN)
+        got = call_learner("kahan_sum_fp16", fn, (x,), forbidden=KAHAN_FORBIDDEN)
         if isinstance(got, (np.ndarray, np.generic)) and got.dtype != np.float16:
             raise CheckFailed(f"kahan_sum_fp16: your result has dtype {got.dtype}; do every operation in float16 "
                               "(np.float16 scalars) and return a float16.")
@@ -310,7 +310,7 @@ def check_kahan_sum(kahan_fn: Callable, *, trials: int = 4, seed: int | None = N
                     "the compensation c = (t - s) - y and subtract it from the next term (y = x_i - c, not + c).", naive),
             Mistake("sign", "the compensation has the wrong sign: c = (t - s) - y is minus the part that was lost, "
                     "so subtract it from the next term: y = x_i - c.", wrong_sign),
-        ],
+        ], quiet=quiet,
     )
 
 
@@ -342,7 +342,7 @@ def _sr_probability(sr_fn: Callable, x: np.ndarray, repeats: int, seed: int, nam
     return (out == hi).mean(axis=0)
 
 
-def check_stochastic_rounding(sr_fn: Callable, *, repeats: int = 2000, seed: int | None = None) -> None:
+def check_stochastic_rounding(fn: Callable, *, repeats: int = 2000, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 6: stochastic rounding FP32 -> BF16, ``sr(x, rng)``; checks the neighbours and unbiasedness."""
     name = "stochastic_round_bf16"
     seed = fresh_seed(seed)
@@ -355,12 +355,13 @@ def check_stochastic_rounding(sr_fn: Callable, *, repeats: int = 2000, seed: int
     toward = round_bits(x, bf16, stochastic_u=np.zeros(x.shape, np.int64))
     lo, hi = decode(toward, 8, 7), decode(toward + 1, 8, 7)
     p_true = (np.abs(x.astype(np.float64)) - np.abs(lo)) / (np.abs(hi) - np.abs(lo))  # eq. 7
-    p_got = _sr_probability(sr_fn, x, repeats, seed, name)
+    p_got = _sr_probability(fn, x, repeats, seed, name)
     tol = 5 * np.sqrt(0.25 / repeats) + 1e-9  # 5 standard deviations of a fraction of `repeats` coin flips
     bad = np.abs(p_got - p_true) > tol
     if not bad.any():
-        print(f"✅ {name}: every output is a bf16 neighbour and the mean of {repeats} draws matches x "
-              f"(within {tol:.2g} of a bf16 step) for all {n} values.")
+        if not quiet:
+            print(f"✅ {name}: every output is a bf16 neighbour and the mean of {repeats} draws matches x "
+                  f"(within {tol:.2g} of a bf16 step) for all {n} values.")
         return
     p_rne = (np.abs(round_to_format(x, bf16)) == np.abs(hi)).astype(float)
     wrong = [

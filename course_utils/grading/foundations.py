@@ -45,7 +45,7 @@ C_STRIDES_FORBIDDEN = ("numpy.empty", "numpy.zeros", "numpy.ones", "numpy.full",
                        "torch.zeros", "course_utils.grading.foundations._reference_c_strides")
 
 
-def check_c_strides(c_strides: Callable, *, trials: int = 4, seed: int | None = None) -> None:
+def check_c_strides(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 1: byte strides of a C-contiguous array of ``shape`` after ``.transpose(perm)``."""
 
     counter = iter(range(1 << 30))
@@ -81,7 +81,7 @@ def check_c_strides(c_strides: Callable, *, trials: int = 4, seed: int | None = 
         return tuple(c[i] for i in inverse)
 
     check_function(
-        c_strides, _reference_c_strides, make_inputs, name="c_strides", trials=trials, seed=seed,
+        fn, _reference_c_strides, make_inputs, name="c_strides", trials=trials, seed=seed,
         forbidden=C_STRIDES_FORBIDDEN,
         mistakes=[
             Mistake("elements", "these are strides in elements; NumPy strides are in bytes, so multiply by itemsize.", elements),
@@ -91,7 +91,7 @@ def check_c_strides(c_strides: Callable, *, trials: int = 4, seed: int | None = 
             Mistake("not_permuted", "you returned the strides before the transpose; permute them with perm.", not_permuted),
             Mistake("inverse", "you applied the inverse permutation; transpose(perm) puts old axis perm[i] at position i, "
                     "so out[i] = strides[perm[i]].", inverse_perm),
-        ],
+        ], quiet=quiet,
     )
 
 
@@ -117,7 +117,7 @@ STRIDED_WINDOWS_FORBIDDEN = ("numpy.lib.stride_tricks.sliding_window_view", "cou
                              "course_utils.grading.foundations._reference_strided_windows")
 
 
-def check_strided_windows(strided_windows: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+def check_strided_windows(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 2: ``(B, L) -> (B, (L - width) // step + 1, width)`` windows starting every ``step`` elements.
 
     Trials rotate through a C-contiguous ``x``, a Fortran-ordered one and a strided view
@@ -144,7 +144,7 @@ def check_strided_windows(strided_windows: Callable, *, trials: int = 6, seed: i
         return x, width, step
 
     def shape_guard(x, width, step):
-        got = call_learner("strided_windows", strided_windows, (x, width, step), forbidden=STRIDED_WINDOWS_FORBIDDEN)
+        got = call_learner("strided_windows", fn, (x, width, step), forbidden=STRIDED_WINDOWS_FORBIDDEN)
         want = _window_count(x.shape[-1], width, step)
         if isinstance(got, np.ndarray) and got.ndim == 3 and got.shape[-1] == width and got.shape[1] != want:
             raise CheckFailed(
@@ -172,7 +172,7 @@ def check_strided_windows(strided_windows: Callable, *, trials: int = 6, seed: i
                 lambda x, w, s: _gather_windows(x, np.arange(count(x, w, s)), s * np.arange(w))),
     ]
     check_function(shape_guard, _reference_strided_windows, make_inputs, name="strided_windows",
-                   trials=trials, seed=seed, mistakes=mistakes)
+                   trials=trials, seed=seed, mistakes=mistakes, quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 3: pairwise distances
@@ -190,7 +190,7 @@ PAIRWISE_FORBIDDEN = ("scipy.spatial.distance.cdist", "sklearn.metrics.pairwise.
 BY_HAND_PAIRWISE = ByHand(max_loop_iterations=0, loops="Python loop (the prompt asks for broadcasting)")
 
 
-def check_pairwise_sq_dists(pairwise_sq_dists: Callable, *, trials: int = 3, seed: int | None = None) -> None:
+def check_pairwise_sq_dists(fn: Callable, *, trials: int = 3, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 3: ``(n, d), (m, d) -> (n, m)`` squared Euclidean distances by broadcasting."""
 
     def make_inputs(rng):
@@ -203,7 +203,7 @@ def check_pairwise_sq_dists(pairwise_sq_dists: Callable, *, trials: int = 3, see
         return (X**2).sum(1)[:, None], (Y**2).sum(1)[None, :]  # (n, 1), (1, m)
 
     check_function(
-        pairwise_sq_dists, _reference_pairwise_sq_dists, make_inputs, name="pairwise_sq_dists",
+        fn, _reference_pairwise_sq_dists, make_inputs, name="pairwise_sq_dists",
         trials=trials, seed=seed, forbidden=PAIRWISE_FORBIDDEN, by_hand=BY_HAND_PAIRWISE,
         mistakes=[
             Mistake("sqrt", "these are distances, not squared distances: drop the square root.",
@@ -216,7 +216,7 @@ def check_pairwise_sq_dists(pairwise_sq_dists: Callable, *, trials: int = 3, see
                     lambda X, Y: sum(norms(X, Y)) - X @ Y.T),
             Mistake("no_square", "you summed the differences without squaring them: square before the sum over d.",
                     lambda X, Y: (X[:, None, :] - Y[None, :, :]).sum(-1)),
-        ],
+        ], quiet=quiet,
     )
 
 
@@ -232,7 +232,7 @@ ATTENTION_FORBIDDEN = ("torch.Tensor.transpose", "torch.Tensor.permute", "torch.
                        "course_utils.grading.foundations._reference_attention_scores")
 
 
-def check_attention_scores(attention_scores: Callable, *, trials: int = 3, seed: int | None = None) -> None:
+def check_attention_scores(fn: Callable, *, trials: int = 3, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 4: ``(B, T, H, D), (B, S, H, D) -> (B, H, T, S)``, scores = Q K^T / sqrt(D) per head."""
 
     def make_inputs(rng):
@@ -248,7 +248,7 @@ def check_attention_scores(attention_scores: Callable, *, trials: int = 3, seed:
         return lambda Q, K: torch.einsum(spec, Q, K) / math.sqrt(Q.shape[-1])
 
     check_function(
-        attention_scores, _reference_attention_scores, make_inputs, name="attention_scores",
+        fn, _reference_attention_scores, make_inputs, name="attention_scores",
         trials=trials, seed=seed, forbidden=ATTENTION_FORBIDDEN,
         mistakes=[
             Mistake("heads_not_moved", "your output is (B, T, H, S): the head axis must come right after the batch, "
@@ -263,7 +263,7 @@ def check_attention_scores(attention_scores: Callable, *, trials: int = 3, seed:
                     scaled("bthd,bshd->bts")),
             Mistake("scale_by_s", "you divided by sqrt of the number of keys; the scale is 1 / sqrt(D), D = Q.shape[-1].",
                     lambda Q, K: torch.einsum("bthd,bshd->bhts", Q, K) / math.sqrt(K.shape[1])),
-        ],
+        ], quiet=quiet,
     )
 
 
@@ -320,7 +320,7 @@ JACOBIAN_FORBIDDEN = ("torch.autograd.functional.jacobian", "course_utils.founda
                       "course_utils.grading.foundations._reference_numerical_jacobian")
 
 
-def check_numerical_jacobian(numerical_jacobian: Callable, *, trials: int = 3, seed: int | None = None) -> None:
+def check_numerical_jacobian(fn: Callable, *, trials: int = 3, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 5: the ``(m, n)`` central-difference Jacobian of ``f: R^n -> R^m`` at ``x``, step ``eps``."""
 
     def make_inputs(rng):
@@ -329,7 +329,7 @@ def check_numerical_jacobian(numerical_jacobian: Callable, *, trials: int = 3, s
 
     def restore_guard(f, x, eps):
         x_seen = x.copy()
-        got = call_learner("numerical_jacobian", numerical_jacobian, (f, x_seen, eps), forbidden=JACOBIAN_FORBIDDEN)
+        got = call_learner("numerical_jacobian", fn, (f, x_seen, eps), forbidden=JACOBIAN_FORBIDDEN)
         if not np.array_equal(x_seen, x):
             raise CheckFailed("numerical_jacobian: x is not the same after your function: put each perturbed "
                               "entry back (x[i] = original) before moving to the next one.")
@@ -351,7 +351,7 @@ def check_numerical_jacobian(numerical_jacobian: Callable, *, trials: int = 3, s
                     lambda f, x, eps: _jacobian_variant(f, x, eps, restore=False)),
             Mistake("transposed", "your Jacobian is (n, m); rows are outputs and columns inputs: J[j, i] = d f_j / d x_i.",
                     lambda f, x, eps: _reference_numerical_jacobian(f, x, eps).T),
-        ],
+        ], quiet=quiet,
     )
 
 
@@ -360,7 +360,7 @@ def _reference_normalize_columns(X):
     return (X - X.mean(dim=0)) / X.std(dim=0, correction=0)  # (n, d)
 
 
-def check_normalize_columns(normalize_columns: Callable, *, trials: int = 3, seed: int | None = None) -> None:
+def check_normalize_columns(fn: Callable, *, trials: int = 3, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 6: standardize each column of ``X`` (n, d) to mean 0, std 1, *without* changing ``X``."""
 
     def make_inputs(rng):
@@ -370,7 +370,7 @@ def check_normalize_columns(normalize_columns: Callable, *, trials: int = 3, see
 
     def mutation_guard(X):
         X_seen = X.clone()
-        got = call_learner("normalize_columns", normalize_columns, (X_seen,))
+        got = call_learner("normalize_columns", fn, (X_seen,))
         if not torch.equal(X_seen, X):
             raise CheckFailed("normalize_columns: your function changed X: X[:], X.view(...) and X.T share X's storage, "
                               "so -= and /= on them write into X; use out-of-place ops or start from X.clone().")
@@ -386,5 +386,5 @@ def check_normalize_columns(normalize_columns: Callable, *, trials: int = 3, see
                     lambda X: (X - X.mean(dim=0)) / X.std(dim=0)),
             Mistake("no_center", "the columns were scaled but not centred: subtract the column mean first.",
                     lambda X: X / X.std(dim=0, correction=0)),
-        ],
+        ], quiet=quiet,
     )

@@ -125,7 +125,8 @@ BY_HAND_SCALER = {"ops": ("@round",), "modules": ("torch.amp", "torch.cuda.amp",
                             "torch.amp.GradScaler")}
 
 
-def check_dynamic_loss_scaler(scaler_class: Callable, *, trials: int = 3, seed: int | None = None, steps: int = 40) -> None:
+def check_dynamic_loss_scaler(fn: Callable, *, trials: int = 3, seed: int | None = None, steps: int = 40,
+                              quiet: bool = False) -> None:
     """Exercise 1: ``ListLossScaler(init_scale, growth_factor, backoff_factor, growth_interval)`` with ``.scale``,
     ``unscale_(grads) -> found_inf`` and ``update(found_inf)``, compared with ``torch.amp.GradScaler('cpu')``
     on a scripted sequence of finite, inf and NaN gradients: the scales, skipped steps and unscaled gradients.
@@ -140,7 +141,7 @@ def check_dynamic_loss_scaler(scaler_class: Callable, *, trials: int = 3, seed: 
         return {"hyper": hyper, "script": _scripted_gradients(rng, steps)}
 
     def learner(hyper, script):
-        return _drive_scaler(lambda: scaler_class(**hyper), script, reference=False)
+        return _drive_scaler(lambda: fn(**hyper), script, reference=False)
 
     def reference(hyper, script):
         return _drive_scaler(lambda: torch.amp.GradScaler("cpu", **hyper), script, reference=True)
@@ -150,7 +151,7 @@ def check_dynamic_loss_scaler(scaler_class: Callable, *, trials: int = 3, seed: 
 
     check_function(learner, reference, make_inputs, name="ListLossScaler", trials=trials, seed=seed,
                    rtol=1e-6, atol=1e-12, mistakes=[Mistake(b, hint, buggy(b)) for b, hint in _SCALER_MISTAKES],
-                   by_hand=ByHand(**BY_HAND_SCALER))
+                   by_hand=ByHand(**BY_HAND_SCALER), quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 2: unscale before clipping
@@ -173,7 +174,7 @@ CLIP_FORBIDDEN = ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_no
                   "torch.nn.utils.get_total_norm", "course_utils.grading.mixed_precision._reference_unscale_and_clip")
 
 
-def check_unscale_and_clip(unscale_and_clip: Callable, *, trials: int = 4, seed: int | None = None) -> None:
+def check_unscale_and_clip(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 2: ``unscale_and_clip(scaled_grads, scale, max_norm) -> list of gradients`` must unscale
     first and then clip the *global* norm, as ``clip_grad_norm_`` after ``GradScaler.unscale_`` does."""
 
@@ -192,7 +193,7 @@ def check_unscale_and_clip(unscale_and_clip: Callable, *, trials: int = 4, seed:
 
     def learner(grads, scale, max_norm):
         given = [g.clone() for g in grads]
-        out = call_learner("unscale_and_clip", unscale_and_clip, (given, scale, max_norm), forbidden=CLIP_FORBIDDEN)
+        out = call_learner("unscale_and_clip", fn, (given, scale, max_norm), forbidden=CLIP_FORBIDDEN)
         if len(given) != len(grads) or not all(torch.equal(a, b) for a, b in zip(given, grads)):
             raise CheckFailed("unscale_and_clip: your function changed the gradients it was given (g /= scale, g.mul_ or "
                               "scaled_grads[i] = ... write into the caller's list); return a new list of new tensors.")
@@ -209,7 +210,7 @@ def check_unscale_and_clip(unscale_and_clip: Callable, *, trials: int = 4, seed:
                 lambda g, s, m: [_clip_global([x / s], m)[0] for x in g]),
     ]
     check_function(learner, _reference_unscale_and_clip, make_inputs, name="unscale_and_clip", trials=trials, seed=seed,
-                   mistakes=mistakes, check_inputs_unchanged=False)  # `learner` reports a changed input itself
+                   mistakes=mistakes, check_inputs_unchanged=False, quiet=quiet)  # `learner` reports a changed input itself
 
 
 # ---------------------------------------------------------------- exercise 3: the master-weight step
@@ -217,7 +218,7 @@ def _reference_master_step(master, grad16, scale, lr):
     return master - lr * (grad16.float() / scale)  # lesson eqs. 4-5: unscale in FP32, then SGD on the FP32 master
 
 
-def check_master_weight_step(master_weight_step: Callable, *, trials: int = 3, seed: int | None = None) -> None:
+def check_master_weight_step(fn: Callable, *, trials: int = 3, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 3: ``master_weight_step(master32, scaled_grad16, scale, lr) -> (new_master32, new_weights16)``.
 
     Updating ``master32`` in place (and returning it) is accepted, as an optimizer's ``step`` does.
@@ -232,7 +233,7 @@ def check_master_weight_step(master_weight_step: Callable, *, trials: int = 3, s
         return master, grad16, scale, lr  # updates 2e-6..1e-3: many below half an fp16 ulp
 
     def new_master(master, grad16, scale, lr):
-        out = call_learner("master_weight_step", master_weight_step, (master, grad16, scale, lr),
+        out = call_learner("master_weight_step", fn, (master, grad16, scale, lr),
                            forbidden=("course_utils.grading.mixed_precision._reference_master_step",))
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise CheckFailed("master_weight_step: return two tensors, (new_master32, new_weights16).")
@@ -253,7 +254,7 @@ def check_master_weight_step(master_weight_step: Callable, *, trials: int = 3, s
                 lambda m, g, s, lr: m - lr * g.float() * s),
     ]
     check_function(new_master, _reference_master_step, make_inputs, name="master_weight_step", trials=trials, seed=seed,
-                   mistakes=mistakes, check_inputs_unchanged=False)  # an in-place update of the master is fine
+                   mistakes=mistakes, check_inputs_unchanged=False, quiet=quiet)  # an in-place update of the master is fine
 
 
 # ---------------------------------------------------------------- exercise 4: bytes of a training recipe
@@ -268,7 +269,7 @@ def _reference_training_bytes(layer_sizes, weight_dtype: str, optimizer: str, ma
     return measure_recipe_memory(lambda: _mlp(layer_sizes), DTYPES[weight_dtype], optimizer, master_weights).total
 
 
-def check_training_bytes(training_bytes: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+def check_training_bytes(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 4: ``training_bytes(layer_sizes, weight_dtype, optimizer, master_weights)``: the persistent bytes of
     training an MLP of ``Linear`` layers (with biases) of the given widths, checked against a measurement
     (:func:`measure_recipe_memory`: weights + gradients + FP32 masters + optimizer state after one step).
@@ -322,10 +323,10 @@ def check_training_bytes(training_bytes: Callable, *, trials: int = 6, seed: int
         Mistake("per_param", "that is the number of bytes per parameter: multiply it by the model's parameter count.",
                 lambda sizes, w, o, m: right(w, o, m)),
     ]
-    check_function(training_bytes, _reference_training_bytes, make_inputs, name="training_bytes", trials=trials,
+    check_function(fn, _reference_training_bytes, make_inputs, name="training_bytes", trials=trials,
                    seed=seed, rtol=0.0, atol=0.5, mistakes=mistakes,
                    forbidden=("course_utils.mixed_precision_memory.measure_recipe_memory",
-                              "course_utils.grading.mixed_precision._reference_training_bytes"))
+                              "course_utils.grading.mixed_precision._reference_training_bytes"), quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 5: predict flush-to-zero and overflow
@@ -358,7 +359,7 @@ CAST_FORBIDDEN = ("torch.Tensor.to", "torch.Tensor.half", "torch.Tensor.bfloat16
                   "course_utils.grading.mixed_precision._reference_classify_cast")
 
 
-def check_classify_cast(classify_cast: Callable, *, trials: int = 4, seed: int | None = None) -> None:
+def check_classify_cast(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 5: ``classify_cast(x_fp32, dtype) -> int64`` codes: 0 flushes to zero, 1 stays finite and nonzero
     (or was zero), 2 overflows to inf, for ``torch.float16`` and ``torch.bfloat16``; compared with the real cast."""
 
@@ -402,5 +403,5 @@ def check_classify_cast(classify_cast: Callable, *, trials: int = 4, seed: int |
         Mistake("over_at_max", "values a little above the largest finite value round back down to it; overflow starts at max + half an ulp (65520 for fp16).", over_at_max),
         Mistake("fp16_ranges", "bfloat16 has FP32's 8 exponent bits, so its range is FP32's: use the format's own exponent and mantissa widths.", fp16_ranges),
     ]
-    check_function(classify_cast, _reference_classify_cast, make_inputs, name="classify_cast", trials=trials, seed=seed,
-                   mistakes=mistakes, forbidden=CAST_FORBIDDEN)
+    check_function(fn, _reference_classify_cast, make_inputs, name="classify_cast", trials=trials, seed=seed,
+                   mistakes=mistakes, forbidden=CAST_FORBIDDEN, quiet=quiet)

@@ -37,12 +37,12 @@ def _gen(rng) -> torch.Generator:
     return torch.Generator().manual_seed(int(rng.integers(2**31)))
 
 
-def _check(fn, reference, makers, *, name, trials, seed, **kw) -> None:
+def _check(fn, reference, makers, *, name, trials, seed, quiet=False, **kw) -> None:
     """``check_function`` over several input generators: interior sizes first (where every named mistake shows),
     quietly, then sizes with the edges (one rank, one token, capacity 0), whose success line is printed."""
     for make in makers[:-1]:
         check_function(fn, reference, make, name=name, trials=max(2, trials // 3), seed=seed, quiet=True, **kw)
-    check_function(fn, reference, makers[-1], name=name, trials=trials, seed=seed, **kw)
+    check_function(fn, reference, makers[-1], name=name, trials=trials, seed=seed, quiet=quiet, **kw)
 
 
 def _bounds(n: int, world: int) -> list[int]:
@@ -79,7 +79,7 @@ def _mlp_inputs(rng, interior=False):
             torch.randn(h_out, f, generator=g), torch.randn(h_out, generator=g), world)
 
 
-def check_column_row_mlp_partials(fn: Callable, *, seed: int | None = None, trials: int = 6) -> None:
+def check_column_row_mlp_partials(fn: Callable, *, seed: int | None = None, trials: int = 6, quiet: bool = False) -> None:
     """Exercise 1: each rank's partial output of a column-parallel fc1 + GELU + row-parallel fc2, shape (world, B, out)."""
     variant = lambda **kw: lambda *a: _mlp_partials(*a, **kw)  # noqa: E731
     mistakes = [
@@ -94,7 +94,7 @@ def check_column_row_mlp_partials(fn: Callable, *, seed: int | None = None, tria
         Mistake("tanh gelu", "use the exact GELU (F.gelu's default), not the tanh approximation.", variant(approximate="tanh")),
     ]
     _check(fn, _reference_column_row_mlp_partials, [lambda rng: _mlp_inputs(rng, True), _mlp_inputs],
-           name="column_row_mlp_partials", trials=trials, seed=seed, mistakes=mistakes, n=64,
+           name="column_row_mlp_partials", trials=trials, seed=seed, quiet=quiet, mistakes=mistakes, n=64,
                    by_hand=ByHand.of(BY_HAND_COLUMN_ROW_MLP_PARTIALS),
                    forbidden=("course_utils.grading.parallelism._reference_column_row_mlp_partials",
                               "course_utils.parallelism_tensor.tp_mlp_on_rank"))
@@ -140,7 +140,7 @@ def _ring_inputs(rng, interior=False):
     return (torch.randn(p, n, dtype=torch.float64, generator=_gen(rng)),)
 
 
-def check_ring_all_reduce_sim(fn: Callable, *, seed: int | None = None, trials: int = 8) -> None:
+def check_ring_all_reduce_sim(fn: Callable, *, seed: int | None = None, trials: int = 8, quiet: bool = False) -> None:
     """Exercise 2: (buffers after reduce-scatter, buffers after all-gather, chunk each rank sends at each step)."""
     variant = lambda **kw: lambda xs: _ring(xs, **kw)  # noqa: E731
     mistakes = [
@@ -153,7 +153,7 @@ def check_ring_all_reduce_sim(fn: Callable, *, seed: int | None = None, trials: 
                 variant(overwrite=True)),
     ]
     _check(fn, _reference_ring_all_reduce_sim, [lambda rng: _ring_inputs(rng, True), _ring_inputs],
-           name="ring_all_reduce_sim", by_hand=ByHand.of(BY_HAND_RING_ALL_REDUCE_SIM), trials=trials, seed=seed,
+           name="ring_all_reduce_sim", by_hand=ByHand.of(BY_HAND_RING_ALL_REDUCE_SIM), trials=trials, seed=seed, quiet=quiet,
                    mistakes=mistakes, n=8,
                    forbidden=("course_utils.grading.parallelism._reference_ring_all_reduce_sim",
                               "course_utils.parallelism.ring_all_reduce", "torch.distributed.all_reduce"))
@@ -171,7 +171,7 @@ def _bubble_inputs(rng, interior=False):
         int(rng.choice([1, int(rng.integers(2, 5))]))
 
 
-def check_interleaved_bubble_fraction(fn: Callable, *, seed: int | None = None, trials: int = 10) -> None:
+def check_interleaved_bubble_fraction(fn: Callable, *, seed: int | None = None, trials: int = 10, quiet: bool = False) -> None:
     """Exercise 3: the idle share of an interleaved 1F1B pipeline with p ranks, m micro-batches, v chunks per rank."""
     mistakes = [
         Mistake("no v", "with v chunks per rank the warm-up and drain shrink v times: the bubble is (p-1)/(v·m + p - 1).",
@@ -184,7 +184,7 @@ def check_interleaved_bubble_fraction(fn: Callable, *, seed: int | None = None, 
                 lambda p, m, v: p / (v * m + p)),
     ]
     _check(fn, _reference_interleaved_bubble_fraction, [lambda rng: _bubble_inputs(rng, True), _bubble_inputs],
-           name="interleaved_bubble_fraction", trials=trials, seed=seed, mistakes=mistakes,
+           name="interleaved_bubble_fraction", trials=trials, seed=seed, quiet=quiet, mistakes=mistakes,
                    by_hand=ByHand.of(BY_HAND_INTERLEAVED_BUBBLE_FRACTION),
                    forbidden=("course_utils.grading.parallelism._reference_interleaved_bubble_fraction",
                               "course_utils.parallelism_pipeline.bubble_fraction_predicted"))
@@ -222,7 +222,7 @@ def _route_inputs(rng, k=None):
     return torch.randn(tokens, experts, generator=_gen(rng)) * float(rng.choice([1.0, 3.0])), k, cap
 
 
-def check_route_top_k(fn: Callable, *, seed: int | None = None, trials: int = 10) -> None:
+def check_route_top_k(fn: Callable, *, seed: int | None = None, trials: int = 10, quiet: bool = False) -> None:
     """Exercise 4: (expert (T, k) int64, gate (T, k), keep (T, k) bool) for a top-k router with capacity."""
     variant = lambda **kw: lambda logits, k, cap: _route(logits, k, cap, **kw)  # noqa: E731
     mistakes = [
@@ -235,7 +235,7 @@ def check_route_top_k(fn: Callable, *, seed: int | None = None, trials: int = 10
     ]
     rtol, atol = tolerance_for(torch.float32)  # the gates; experts and keep are integers and compare exactly anyway
     _check(fn, _reference_route_top_k, [lambda rng: _route_inputs(rng, 1), lambda rng: _route_inputs(rng, 2),
-                                        _route_inputs], name="route_top_k", trials=trials, seed=seed,
+                                        _route_inputs], name="route_top_k", trials=trials, seed=seed, quiet=quiet,
            by_hand=ByHand.of(BY_HAND_ROUTE_TOP_K),
            mistakes=mistakes, rtol=rtol, atol=atol,
                    forbidden=("course_utils.grading.parallelism._reference_route_top_k",
@@ -274,7 +274,7 @@ def _dispatch_inputs(rng, interior=False):
     return x, expert, keep, num_experts, cap
 
 
-def check_dispatch_to_experts(fn: Callable, *, seed: int | None = None, trials: int = 10) -> None:
+def check_dispatch_to_experts(fn: Callable, *, seed: int | None = None, trials: int = 10, quiet: bool = False) -> None:
     """Exercise 5: the (E, C, d) buffer of tokens each expert processes, zeros in unused slots."""
     mistakes = [
         Mistake("token major", "slots follow the router's priority: all first choices in token order, then second choices.",
@@ -283,7 +283,7 @@ def check_dispatch_to_experts(fn: Callable, *, seed: int | None = None, trials: 
                 lambda x, e, keep, n, cap: _dispatch(x, e[:, :1], keep[:, :1], n, cap)),
     ]
     _check(fn, _reference_dispatch_to_experts, [lambda rng: _dispatch_inputs(rng, True), _dispatch_inputs],
-           name="dispatch_to_experts", trials=trials, seed=seed, mistakes=mistakes,
+           name="dispatch_to_experts", trials=trials, seed=seed, quiet=quiet, mistakes=mistakes,
                    by_hand=ByHand.of(BY_HAND_DISPATCH_TO_EXPERTS),
                    forbidden=("course_utils.grading.parallelism._reference_dispatch_to_experts",
                               "course_utils.parallelism_moe.slot_positions"))
@@ -310,7 +310,7 @@ def _combine_inputs(rng, interior=False):
     return torch.randn(num_experts, cap, x.shape[1], generator=_gen(rng)), expert, gate, keep
 
 
-def check_combine_from_experts(fn: Callable, *, seed: int | None = None, trials: int = 10) -> None:
+def check_combine_from_experts(fn: Callable, *, seed: int | None = None, trials: int = 10, quiet: bool = False) -> None:
     """Exercise 6: y_t = sum_j keep_tj gate_tj out[e_tj, slot_tj] (eq. 12), zeros for fully dropped tokens."""
     mistakes = [
         Mistake("no gate", "multiply each expert's output by its gate before adding (eq. 12).",
@@ -319,7 +319,7 @@ def check_combine_from_experts(fn: Callable, *, seed: int | None = None, trials:
                 lambda o, e, g, k: _combine(o, e, g, k, token_major=True)),
     ]
     _check(fn, _reference_combine_from_experts, [lambda rng: _combine_inputs(rng, True), _combine_inputs],
-           name="combine_from_experts", trials=trials, seed=seed, mistakes=mistakes, n=4,
+           name="combine_from_experts", trials=trials, seed=seed, quiet=quiet, mistakes=mistakes, n=4,
                    by_hand=ByHand.of(BY_HAND_COMBINE_FROM_EXPERTS),
                    forbidden=("course_utils.grading.parallelism._reference_combine_from_experts",
                               "course_utils.parallelism_moe.moe_dense"))

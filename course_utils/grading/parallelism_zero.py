@@ -137,7 +137,7 @@ def _zero2_inputs(rng):
     return param, grads[rank].clone(), m[rank].clone(), v[rank].clone(), step, lr, betas, eps, comm
 
 
-def check_zero2_adam_step(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+def check_zero2_adam_step(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 7: ``fn(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, comm) -> (param, exp_avg, exp_avg_sq)``."""
 
     def variant(**kw):
@@ -159,7 +159,7 @@ def check_zero2_adam_step(fn: Callable, *, trials: int = 6, seed: int | None = N
         forbidden=("torch.optim.Adam.step", "torch.optim.adam.adam", "torch.optim.AdamW.step",
                    "course_utils.grading.parallelism_zero._reference_zero2_adam_step",
                    "course_utils.grading.parallelism_zero._zero2", "course_utils.grading.parallelism_zero._one_rank",
-                   "course_utils.grading.parallelism_zero._adam"),
+                   "course_utils.grading.parallelism_zero._adam"), quiet=quiet,
     )
 
 

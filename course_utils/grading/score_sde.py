@@ -71,7 +71,7 @@ def _langevin_inputs(rng):
             torch.tensor(rng.standard_normal((B, D))))
 
 
-def check_langevin_step(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+def check_langevin_step(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 1: ``fn(x, score_fn, tau, noise) -> x + tau * s(x) + sqrt(2 tau) * noise``."""
 
     def variant(drift, noise_coef):
@@ -98,7 +98,7 @@ def check_langevin_step(fn: Callable, *, trials: int = 6, seed: int | None = Non
         ],
         forbidden=("course_utils.score_sde.ula_step", "course_utils.score_sde.langevin_chain",
                    "course_utils.score_sde.annealed_langevin", "course_utils.score_sde_solvers.snr_langevin_corrector",
-                   "course_utils.grading.score_sde._reference_langevin_step"),
+                   "course_utils.grading.score_sde._reference_langevin_step"), quiet=quiet,
     )
 
 
@@ -128,7 +128,7 @@ def _vp_dsm_inputs(rng):
             torch.tensor(rng.standard_normal((B, D))), beta_min, beta_max)
 
 
-def check_vp_dsm_loss(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+def check_vp_dsm_loss(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 2: ``fn(score_fn, x0, u, noise, beta_min, beta_max) -> 0-d tensor``, DSM at the VP marginal of eq. (8)."""
 
     def variant(**kw):
@@ -156,6 +156,7 @@ def check_vp_dsm_loss(fn: Callable, *, trials: int = 6, seed: int | None = None)
         ],
         forbidden=("course_utils.score_sde.dsm_objective", "course_utils.score_sde_solvers.vp_marginal",
                    "course_utils.grading.score_sde._reference_vp_dsm_loss", "course_utils.grading.score_sde._vp_dsm"),
+                   quiet=quiet,
     )
 
 
@@ -177,7 +178,7 @@ def _ve_inputs(rng):
             u, smin, smax)
 
 
-def check_ve_probability_flow_drift(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+def check_ve_probability_flow_drift(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 3: ``fn(x, score, u, sigma_min, sigma_max) -> dx/du`` of the VE probability-flow ODE."""
 
     def variant(coef):
@@ -203,7 +204,7 @@ def check_ve_probability_flow_drift(fn: Callable, *, trials: int = 6, seed: int 
                    "course_utils.score_sde_solvers.ve_reverse_step",
                    "course_utils.score_sde_solvers.reverse_sde_euler_maruyama",
                    "course_utils.grading.score_sde._reference_ve_probability_flow_drift",
-                   "course_utils.grading.score_sde._ve_pf"),
+                   "course_utils.grading.score_sde._ve_pf"), quiet=quiet,
     )
 
 
@@ -234,7 +235,7 @@ def _fp_inputs(rng):
     return p, x, dt, float(rng.uniform(0.2, 2.0)), sigma
 
 
-def check_fokker_planck_step(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+def check_fokker_planck_step(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 4: ``fn(p, x, dt, theta, sigma) -> p`` one step later, for dX = -theta X dt + sigma dW."""
 
     def variant(**kw):
@@ -257,6 +258,7 @@ def check_fokker_planck_step(fn: Callable, *, trials: int = 6, seed: int | None 
         forbidden=("course_utils.score_sde_fokker_planck.fokker_planck_ftcs",
                    "course_utils.score_sde_fokker_planck.solve_fokker_planck",
                    "course_utils.grading.score_sde._reference_fokker_planck_step", "course_utils.grading.score_sde._fp"),
+                   quiet=quiet,
     )
 
 
@@ -302,7 +304,7 @@ def _churn_inputs(rng):
             torch.tensor(rng.standard_normal((B, D))))
 
 
-def check_churn_step(fn: Callable, *, trials: int = 8, seed: int | None = None) -> None:
+def check_churn_step(fn: Callable, *, trials: int = 8, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 5: ``fn(x, sigma, n_steps, s_churn, s_tmin, s_tmax, s_noise, noise) -> (x_hat, sigma_hat)``."""
 
     def variant(**kw):
@@ -324,7 +326,7 @@ def check_churn_step(fn: Callable, *, trials: int = 8, seed: int | None = None) 
             Mistake("s_noise", "scale the fresh noise by S_noise as well: x + sqrt(sigma_hat^2 - sigma^2) * S_noise * "
                     "noise.", variant(use_s_noise=False)),
         ],
-        by_hand=ByHand.of(BY_HAND_CHURN_STEP),
+        by_hand=ByHand.of(BY_HAND_CHURN_STEP), quiet=quiet,
     )
 
 
@@ -408,7 +410,7 @@ def _sampler_inputs(rng):
             s_noise, _StepNoise(torch.tensor(rng.standard_normal((n, B, D)))))
 
 
-def check_edm_stochastic_sampler(fn: Callable, *, trials: int = 4, seed: int | None = None) -> None:
+def check_edm_stochastic_sampler(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 6: ``fn(denoiser, x, sigmas, s_churn, s_tmin, s_tmax, s_noise, noise) -> x at sigma = 0``."""
 
     def variant(**kw):
@@ -439,7 +441,7 @@ def check_edm_stochastic_sampler(fn: Callable, *, trials: int = 4, seed: int | N
             Mistake("s_noise", "scale the fresh noise by S_noise: sqrt(sigma_hat^2 - sigma_i^2) * S_noise * noise(i).",
                     variant(use_s_noise=False)),
         ],
-        by_hand=ByHand.of(BY_HAND_EDM_STOCHASTIC_SAMPLER),
+        by_hand=ByHand.of(BY_HAND_EDM_STOCHASTIC_SAMPLER), quiet=quiet,
     )
 
 

@@ -95,7 +95,7 @@ def _rope_inputs(rng):
     return _t(rng, int(rng.integers(1, 3)), int(rng.integers(1, 4)), t, d), positions, inv_freq
 
 
-def check_apply_rope(fn, trials: int = 4, seed: int | None = None) -> None:
+def check_apply_rope(fn, trials: int = 4, seed: int | None = None, *, quiet: bool = False) -> None:
     """Ex. 1: rotate pairs (i, i + D/2) of x (B, H, T, D) by positions[t] * inv_freq[i]."""
     check_function(fn, _reference_apply_rope, _rope_inputs, name="apply_rope", trials=trials, seed=seed,
                    by_hand=BY_HAND_APPLY_ROPE,
@@ -108,7 +108,7 @@ def check_apply_rope(fn, trials: int = 4, seed: int | None = None) -> None:
                 lambda x, p, f: _rope_with(x, p.double()[:, None] * 10000.0 ** (-2 * torch.arange(x.shape[-1] // 2).double() / x.shape[-1]))),
         Mistake("sign", "the rotation goes the other way: (x1 cos - x2 sin, x1 sin + x2 cos).",
                 lambda x, p, f: _reference_apply_rope(x, -p, f)),
-    ])
+    ], quiet=quiet)
 
 
 # ------------------------------------------------------------------ 2. YaRN: NTK-by-parts frequencies
@@ -135,7 +135,7 @@ def _yarn_inputs(rng):
             int(rng.choice([512, 2048, 4096, 8192])), float(rng.choice([0.5, 1.0, 2.0])), float(rng.choice([16.0, 32.0, 64.0])))
 
 
-def check_yarn_inv_freq(fn, trials: int = 4, seed: int | None = None) -> None:
+def check_yarn_inv_freq(fn, trials: int = 4, seed: int | None = None, *, quiet: bool = False) -> None:
     """Ex. 2: YaRN's per-pair blend of interpolated and original frequencies, and its attention scale."""
     def ntk(d, base, s, ctx, a, b):
         return _theta(d, base * s ** (d / (d - 2))), 0.1 * math.log(s) + 1
@@ -156,7 +156,7 @@ def check_yarn_inv_freq(fn, trials: int = 4, seed: int | None = None) -> None:
                 lambda d, b, s, c, a, be: _yarn(d, b, s, c, a, be, mscale=lambda f: 1.0)),
         Mistake("mscale without 1", "the attention scale is 0.1 ln(factor) + 1: you forgot the + 1.",
                 lambda d, b, s, c, a, be: _yarn(d, b, s, c, a, be, mscale=lambda f: 0.1 * math.log(f))),
-    ])
+    ], quiet=quiet)
 
 
 # ------------------------------------------------------------------ 3. a batch of sequences, ragged lengths, GQA
@@ -195,7 +195,7 @@ def _ragged_inputs(rng):
             torch.from_numpy(lengths).long())
 
 
-def check_decode_ragged(fn, trials: int = 4, seed: int | None = None) -> None:
+def check_decode_ragged(fn, trials: int = 4, seed: int | None = None, *, quiet: bool = False) -> None:
     """Ex. 3: one decode step for a batch of sequences of different lengths with grouped key/value heads."""
     def shared(n_of):
         def wrong(q, kn, vn, kc, vc, lengths):
@@ -219,7 +219,7 @@ def check_decode_ragged(fn, trials: int = 4, seed: int | None = None) -> None:
         Mistake("tiled heads", "query head h uses key/value head h // n_rep (consecutive heads share one): "
                 "repeat_interleave, not repeat.", lambda *a: _decode_ragged(*a, heads="tile")),
         Mistake("no scale", "scale the scores by 1/sqrt(D) before the softmax.", lambda *a: _decode_ragged(*a, scale=1.0)),
-    ])
+    ], quiet=quiet)
 
 
 # ------------------------------------------------------------------ 4. asymmetric int4, group-wise
@@ -247,7 +247,7 @@ def _quant_inputs(rng):
     return torch.from_numpy(((q - z) * s).reshape(out_f, n_groups * group)).float(), group
 
 
-def check_quantize_int4_asym(fn, trials: int = 4, seed: int | None = None) -> None:
+def check_quantize_int4_asym(fn, trials: int = 4, seed: int | None = None, *, quiet: bool = False) -> None:
     """Ex. 4: returns (q uint8 (out, in) in 0..15, scale float32 (out, G), zero uint8 (out, G))."""
     def variant(*, levels=15, per_row=False, rounding=torch.round, zero_sign=1):
         def wrong(w, group):
@@ -274,7 +274,7 @@ def check_quantize_int4_asym(fn, trials: int = 4, seed: int | None = None) -> No
                 variant(rounding=torch.trunc)),
         Mistake("zero sign", "the zero point is the code of 0.0: zero = round(-min / scale) (min is negative here).",
                 variant(zero_sign=-1)),
-    ])
+    ], quiet=quiet)
 
 
 # ------------------------------------------------------------------ 5. the int4 matmul, one group at a time
@@ -312,7 +312,7 @@ BY_HAND_INT4_MATMUL = ByHand(ops=("_weight_int4pack_mm", "_weight_int4pack_mm_fo
                              "dequantized (work on one group of columns at a time)")
 
 
-def check_int4_matmul(fn, trials: int = 4, seed: int | None = None) -> None:
+def check_int4_matmul(fn, trials: int = 4, seed: int | None = None, *, quiet: bool = False) -> None:
     """Ex. 5: y = x @ W^T with W = (q - zero) * scale, q unpacked from two codes per byte, one group at a time."""
     def swapped(x, p, s, z, g):
         return _reference_int4_matmul(x, (p >> 4) | ((p & 0xF) << 4), s, z, g)
@@ -326,7 +326,7 @@ def check_int4_matmul(fn, trials: int = 4, seed: int | None = None) -> None:
         Mistake("no zero", "subtract the zero point before scaling: W = (q - zero) * scale.", variant(torch.zeros_like)),
         Mistake("signed codes", "the codes are unsigned (0..15); the zero point, not a fixed 8, centres them: W = (q - zero) * scale.",
                 variant(lambda z: torch.full_like(z, 8))),
-    ])
+    ], quiet=quiet)
 
 
 # ------------------------------------------------------------------ 6. one variant per layer under a budget
@@ -379,7 +379,7 @@ def _greedy(costs, losses, budget):
     return choice
 
 
-def check_choose_variants(fn, trials: int = 4, seed: int | None = None) -> None:
+def check_choose_variants(fn, trials: int = 4, seed: int | None = None, *, quiet: bool = False) -> None:
     """Ex. 6: a list with one variant index per layer, total cost <= budget, total loss minimal (40-55 layers)."""
     seed = fresh_seed(seed)
     for trial in range(trials):
@@ -404,7 +404,8 @@ def check_choose_variants(fn, trials: int = 4, seed: int | None = None) -> None:
                                   "keep, for every total cost, the best loss so far (a dynamic program over layers and budget).")
             raise CheckFailed(f"choose_variants: your choice fits the budget but its total loss {loss:.4g} is above "
                               f"the best possible {optimum:.4g}{where}.")
-    print(f"✅ choose_variants: optimal within the budget on {trials} random problems of {N_LAYERS[0]}+ layers.")
+    if not quiet:
+        print(f"✅ choose_variants: optimal within the budget on {trials} random problems of {N_LAYERS[0]}+ layers.")
 
 
 def _brute_force(costs, losses, budget):

@@ -49,7 +49,7 @@ def _gqa_inputs(rng):
                 qkv_bias=bool(rng.integers(2)))
 
 
-def check_gqa_parameter_count(fn: Callable, *, seed: int | None = None, trials: int = 6) -> None:
+def check_gqa_parameter_count(fn: Callable, *, seed: int | None = None, trials: int = 6, quiet: bool = False) -> None:
     """Exercise 1: parameters of a LLaMA-style model with grouped-query attention, optional tying and q/k/v biases."""
     ref = _reference_gqa_parameter_count
 
@@ -90,7 +90,7 @@ def check_gqa_parameter_count(fn: Callable, *, seed: int | None = None, trials: 
                    by_hand=ByHand.of(BY_HAND_GQA_PARAMETER_COUNT),
                    forbidden=("course_utils.training_memory.count_parameters",
                               "course_utils.training_memory.parameter_breakdown",
-                              "course_utils.grading.training_memory._reference_gqa_parameter_count"))
+                              "course_utils.grading.training_memory._reference_gqa_parameter_count"), quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 2: GiB of Adam model states
@@ -107,7 +107,7 @@ def _gb_variant(n, w, g):
     return _reference_adam_state_gib(n, w, g) * GiB / GB
 
 
-def check_adam_state_gib(fn: Callable, *, seed: int | None = None, trials: int = 6) -> None:
+def check_adam_state_gib(fn: Callable, *, seed: int | None = None, trials: int = 6, quiet: bool = False) -> None:
     """Exercise 2: GiB of weights + gradients + Adam state for a given weight/gradient precision."""
     mistakes = [
         Mistake("no master", "16-bit weights need an FP32 master copy for the optimizer: add 4 bytes per parameter.",
@@ -121,7 +121,7 @@ def check_adam_state_gib(fn: Callable, *, seed: int | None = None, trials: int =
     check_function(fn, _reference_adam_state_gib, _adam_inputs, name="adam_state_gib", trials=trials, seed=seed,
                    by_hand=ByHand.of(BY_HAND_ADAM_STATE_GIB),
                    mistakes=mistakes, forbidden=("course_utils.training_memory.model_state_bytes",
-                                                 "course_utils.grading.training_memory._reference_adam_state_gib"))
+                                                 "course_utils.grading.training_memory._reference_adam_state_gib"), quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 3: activations with tensor parallelism
@@ -136,7 +136,7 @@ def _act_inputs(rng):
     return (int(rng.choice([512, 1024, 2048, 4096, 8192])), int(rng.integers(1, 9)), h, a, t, bool(rng.integers(2)))
 
 
-def check_activation_bytes_tp(fn: Callable, *, seed: int | None = None, trials: int = 6) -> None:
+def check_activation_bytes_tp(fn: Callable, *, seed: int | None = None, trials: int = 6, quiet: bool = False) -> None:
     """Exercise 3: per-layer activation bytes with tensor parallelism and optional selective recomputation."""
     ref = _reference_activation_bytes_tp
     mistakes = [
@@ -154,7 +154,7 @@ def check_activation_bytes_tp(fn: Callable, *, seed: int | None = None, trials: 
     check_function(fn, ref, _act_inputs, name="activation_bytes_tp", trials=trials, seed=seed, mistakes=mistakes,
                    by_hand=ByHand.of(BY_HAND_ACTIVATION_BYTES_TP),
                    forbidden=("course_utils.training_memory.activation_bytes_per_layer",
-                              "course_utils.grading.training_memory._reference_activation_bytes_tp"))
+                              "course_utils.grading.training_memory._reference_activation_bytes_tp"), quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 4: ZeRO-2
@@ -170,7 +170,7 @@ def _zero2_inputs(rng):
     return (int(rng.integers(10**8, 2 * 10**11)), int(rng.choice([2, 8, 16, 64, 256])), bool(rng.integers(2)))
 
 
-def check_zero2_bytes(fn: Callable, *, seed: int | None = None, trials: int = 6) -> None:
+def check_zero2_bytes(fn: Callable, *, seed: int | None = None, trials: int = 6, quiet: bool = False) -> None:
     """Exercise 4: per-rank model-state bytes of ZeRO-2 with mixed-precision Adam (K = 12), optional FP32 accumulator."""
     def stage(k):
         return lambda n, nd, acc: sum(zero_bytes_per_gpu(n, _recipe_key(acc), nd, k).values())
@@ -187,7 +187,7 @@ def check_zero2_bytes(fn: Callable, *, seed: int | None = None, trials: int = 6)
     check_function(fn, _reference_zero2_bytes, _zero2_inputs, name="zero2_bytes", trials=trials, seed=seed,
                    by_hand=ByHand.of(BY_HAND_ZERO2_BYTES),
                    mistakes=mistakes, forbidden=("course_utils.training_memory_plan.zero_bytes_per_gpu",
-                                                 "course_utils.grading.training_memory._reference_zero2_bytes"))
+                                                 "course_utils.grading.training_memory._reference_zero2_bytes"), quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 5: the fewest GPUs
@@ -217,7 +217,7 @@ def _min_gpus_inputs():
     return make
 
 
-def check_min_gpus(fn: Callable, *, seed: int | None = None, trials: int = 6) -> None:
+def check_min_gpus(fn: Callable, *, seed: int | None = None, trials: int = 6, quiet: bool = False) -> None:
     """Exercise 5: the fewest GPUs for ZeRO-3 mixed-precision Adam (16 bytes/param) plus activations."""
     mistakes = [
         Mistake("floor", "round the GPU count up (math.ceil): a fraction of a GPU still needs a whole one.",
@@ -234,7 +234,7 @@ def check_min_gpus(fn: Callable, *, seed: int | None = None, trials: int = 6) ->
     ]
     check_function(fn, _reference_min_gpus, _min_gpus_inputs(), name="min_gpus", trials=trials, seed=seed,
                    by_hand=ByHand.of(BY_HAND_MIN_GPUS),
-                   mistakes=mistakes, forbidden=("course_utils.grading.training_memory._reference_min_gpus",))
+                   mistakes=mistakes, forbidden=("course_utils.grading.training_memory._reference_min_gpus",), quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 6: bytes saved for backward
@@ -352,7 +352,7 @@ def _view_size(t):
     return t.numel() * t.element_size()
 
 
-def check_saved_bytes(fn: Callable, *, seed: int | None = None, trials: int = 5) -> None:
+def check_saved_bytes(fn: Callable, *, seed: int | None = None, trials: int = 5, quiet: bool = False) -> None:
     """Exercise 6: bytes autograd saves for backward beyond the parameters and the input, via saved_tensors_hooks."""
     mistakes = [
         Mistake("params", "the parameters exist anyway: exclude their storages (module.parameters()) from the count.",
@@ -379,7 +379,7 @@ def check_saved_bytes(fn: Callable, *, seed: int | None = None, trials: int = 5)
                    by_hand=ByHand.of(BY_HAND_SAVED_BYTES),
                    seed=seed, mistakes=mistakes, check_inputs_unchanged=False,
                    forbidden=("course_utils.training_memory.SavedTensorLog.pack", "course_utils.training_memory.saved_bytes",
-                              "course_utils.grading.training_memory._reference_saved_bytes_beyond_input"))
+                              "course_utils.grading.training_memory._reference_saved_bytes_beyond_input"), quiet=quiet)
 
 
 __all__ = ["check_gqa_parameter_count", "check_adam_state_gib", "check_activation_bytes_tp", "check_zero2_bytes",

@@ -65,7 +65,7 @@ def _inputs(rng):
             int(rng.choice([2, 4])))
 
 
-def check_llama_mlp_saved_bytes(fn: Callable, *, trials: int = 6, seed: int | None = None) -> None:
+def check_llama_mlp_saved_bytes(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 7: ``fn(tokens, hidden, ffn, dtype_bytes) -> int``, compared with a measurement at the same sizes."""
 
     def variant(d_t=0, d_th=0, d_tf=0, per_element=False):
@@ -98,6 +98,7 @@ def check_llama_mlp_saved_bytes(fn: Callable, *, trials: int = 6, seed: int | No
                    "course_utils.grading.training_memory_llama._measure",
                    "course_utils.grading.training_memory._reference_saved_bytes_beyond_input",
                    "course_utils.training_memory.saved_bytes", "course_utils.training_memory.activation_bytes_per_layer"),
+                   quiet=quiet,
     )
 
 

@@ -59,7 +59,7 @@ def _swapped_weights(u, n, m):
     return a
 
 
-def check_interpolation_matrix(interpolation_matrix: Callable, *, trials: int = 6, seed: int | None = None,
+def check_interpolation_matrix(fn: Callable, *, trials: int = 6, seed: int | None = None,
                                quiet: bool = False) -> None:
     """Exercise 1: the ``(out, in)`` matrix of 1-D linear interpolation for both ``align_corners`` settings."""
     counter = itertools.count()
@@ -104,7 +104,7 @@ def check_interpolation_matrix(interpolation_matrix: Callable, *, trials: int = 
     ]
 
     def learner(n, m, ac):
-        return call_learner("interpolation_matrix", interpolation_matrix, (n, m, ac), forbidden=forbidden)
+        return call_learner("interpolation_matrix", fn, (n, m, ac), forbidden=forbidden)
 
     check_function(learner, _reference_interpolation_matrix, inputs_for, name="interpolation_matrix",
                    trials=trials, seed=seed, mistakes=mistakes, quiet=True)
@@ -148,7 +148,7 @@ def _reference_output_padding_for(size: int, kernel: int, stride: int = 1, paddi
     return (size + 2 * padding - dilation * (kernel - 1) - 1) % stride
 
 
-def check_output_padding_for(output_padding_for: Callable, *, trials: int = 10, seed: int | None = None,
+def check_output_padding_for(fn: Callable, *, trials: int = 10, seed: int | None = None,
                              quiet: bool = False) -> None:
     """Exercise 2: ``(n, k, s, p, d) -> output_padding`` with ``conv_transpose(conv(x))`` back at size ``n``."""
     counter = itertools.count()
@@ -186,7 +186,7 @@ def check_output_padding_for(output_padding_for: Callable, *, trials: int = 10, 
         Mistake("size", "return the output_padding (a remainder smaller than s), not the output size.",
                 lambda n, k, s, p, d: n),
     ]
-    check_function(output_padding_for, _reference_output_padding_for, make_inputs, name="output_padding_for",
+    check_function(fn, _reference_output_padding_for, make_inputs, name="output_padding_for",
                    trials=trials, seed=seed, mistakes=mistakes, forbidden=forbidden, quiet=quiet)
 
 
@@ -195,7 +195,7 @@ def _reference_pixel_unshuffle(x, r):
     return F.pixel_unshuffle(x, r)
 
 
-def check_pixel_unshuffle(pixel_unshuffle: Callable, *, trials: int = 4, seed: int | None = None,
+def check_pixel_unshuffle(fn: Callable, *, trials: int = 4, seed: int | None = None,
                           quiet: bool = False) -> None:
     """Exercise 4: ``(N, C, H*r, W*r) -> (N, C*r*r, H, W)`` by reshape and permute."""
     counter = itertools.count()
@@ -241,5 +241,5 @@ def check_pixel_unshuffle(pixel_unshuffle: Callable, *, trials: int = 4, seed: i
         Mistake("no_permute", "a reshape alone does not move the sub-pixels to channels: reshape to "
                 "(N, C, H, r, W, r), permute to (N, C, r, r, H, W), then reshape.", no_permute),
     ]
-    check_function(pixel_unshuffle, _reference_pixel_unshuffle, make_inputs, name="pixel_unshuffle",
+    check_function(fn, _reference_pixel_unshuffle, make_inputs, name="pixel_unshuffle",
                    trials=trials, seed=seed, mistakes=mistakes, forbidden=forbidden, quiet=quiet)

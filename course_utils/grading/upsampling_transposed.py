@@ -59,7 +59,7 @@ def _reference_conv_transpose(x, w, s, p, op):
     return F.conv_transpose2d(x, w, stride=s, padding=p, output_padding=op)
 
 
-def check_conv_transpose_by_zero_insertion(conv_transpose_by_zero_insertion: Callable, *, trials: int = 5,
+def check_conv_transpose_by_zero_insertion(fn: Callable, *, trials: int = 5,
                                            seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 3: ``conv_transpose2d(x, w, stride, padding, output_padding)`` as zero insertion + ``F.conv2d``."""
     counter = itertools.count()
@@ -97,7 +97,7 @@ def check_conv_transpose_by_zero_insertion(conv_transpose_by_zero_insertion: Cal
         Mistake("zeros_after", "insert s - 1 zeros BETWEEN input pixels only ((n-1)s + 1 pixels), not after the "
                 "last one too.", _zeros_after),
     ]
-    check_function(conv_transpose_by_zero_insertion, _reference_conv_transpose, make_inputs,
+    check_function(fn, _reference_conv_transpose, make_inputs,
                    name="conv_transpose_by_zero_insertion", trials=trials, seed=seed, mistakes=mistakes,
                    forbidden=forbidden, quiet=quiet)
 
@@ -117,7 +117,7 @@ def _reference_overlap_counts(h_in: int, w_in: int, kernel: int, stride: int, pa
     return np.outer(_counts_1d(h_in, kernel, stride, padding), _counts_1d(w_in, kernel, stride, padding))
 
 
-def check_overlap_counts(overlap_counts: Callable, *, trials: int = 6, seed: int | None = None,
+def check_overlap_counts(fn: Callable, *, trials: int = 6, seed: int | None = None,
                          quiet: bool = False) -> None:
     """Exercise 5: the ``(H_out, W_out)`` integer map of overlaps of a transposed convolution."""
     counter = itertools.count()
@@ -157,7 +157,7 @@ def check_overlap_counts(overlap_counts: Callable, *, trials: int = 6, seed: int
         Mistake("summed", "the 2-D count is the PRODUCT of the row and column counts (outer product), not their sum.",
                 summed),
     ]
-    check_function(overlap_counts, _reference_overlap_counts, make_inputs, name="overlap_counts", trials=trials,
+    check_function(fn, _reference_overlap_counts, make_inputs, name="overlap_counts", trials=trials,
                    seed=seed, mistakes=mistakes, forbidden=forbidden, quiet=quiet)
 
 
@@ -171,7 +171,7 @@ def _reference_subpixel_weight(kernel: torch.Tensor, r: int) -> torch.Tensor:
     return kern.permute(3, 0, 4, 1, 5, 2).reshape(c_in, c, k * r, k * r)  # position a'*r + i, b'*r + j
 
 
-def check_subpixel_weight(subpixel_as_conv_transpose_weight: Callable, *, trials: int = 4, seed: int | None = None,
+def check_subpixel_weight(fn: Callable, *, trials: int = 4, seed: int | None = None,
                           quiet: bool = False) -> None:
     """Exercise 6: the transposed-convolution weight equal to conv2d (padding (k-1)/2) followed by pixel_shuffle."""
     name = "subpixel_as_conv_transpose_weight"
@@ -189,7 +189,7 @@ def check_subpixel_weight(subpixel_as_conv_transpose_weight: Callable, *, trials
         return torch.from_numpy(rng.standard_normal((c * r * r, c_in, k, k))), r  # float64
 
     def learner(kern, r):
-        return call_learner(name, subpixel_as_conv_transpose_weight, (kern, r), forbidden=forbidden)
+        return call_learner(name, fn, (kern, r), forbidden=forbidden)
 
     def block_layout(kern, r):  # position i*k + a' instead of a'*r + i
         crr, c_in, k, _ = kern.shape

@@ -53,7 +53,7 @@ def _gauss_inputs(rng):
 
 
 # ---------------------------------------------------------------- exercise 1
-def check_kl_diag_gaussians(kl_fn: Callable, *, trials: int = 4, seed: int | None = None) -> None:
+def check_kl_diag_gaussians(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 1: KL(q || p) for two diagonal Gaussians given means and log-variances, ``(B, k) -> (B,)``."""
 
     def std_ratio(mq, lq, mp, lp):
@@ -82,9 +82,9 @@ def check_kl_diag_gaussians(kl_fn: Callable, *, trials: int = 4, seed: int | Non
         Mistake("log_ratio_flipped", "the log term is log(var_p / var_q) = logvar_p - logvar_q; you flipped it.",
                 lambda mq, lq, mp, lp: diag_gaussian_kl(mq, lq, mp, lp) + (lq - lp).sum(-1)),
     ]
-    check_function(kl_fn, diag_gaussian_kl, _gauss_inputs, name="kl_diag_gaussians", trials=trials, seed=seed,
+    check_function(fn, diag_gaussian_kl, _gauss_inputs, name="kl_diag_gaussians", trials=trials, seed=seed,
                    by_hand=ByHand.of(BY_HAND_KL_DIAG_GAUSSIANS),
-                   mistakes=mistakes, forbidden=(*_DISTRIBUTIONS, "course_utils.vae.diag_gaussian_kl"))
+                   mistakes=mistakes, forbidden=(*_DISTRIBUTIONS, "course_utils.vae.diag_gaussian_kl"), quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 2
@@ -98,7 +98,7 @@ def _reference_kl_monte_carlo(mu_q, logvar_q, mu_p, logvar_p, eps):
     return (_log_normal(z, mu_q, logvar_q) - _log_normal(z, mu_p, logvar_p)).mean(0)  # (B,)
 
 
-def check_kl_monte_carlo(kl_mc_fn: Callable, *, trials: int = 3, seed: int | None = None) -> None:
+def check_kl_monte_carlo(fn: Callable, *, trials: int = 3, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 2: Monte Carlo KL(q || p) from reparameterized samples z = mu_q + sigma_q * eps, eps ``(S, B, k)``.
 
     After the exact comparison it estimates one KL with many samples and checks that it agrees with
@@ -137,14 +137,14 @@ def check_kl_monte_carlo(kl_mc_fn: Callable, *, trials: int = 3, seed: int | Non
     seed = fresh_seed(seed)
     forbidden = (*_DISTRIBUTIONS, "course_utils.vae.diag_gaussian_kl", "course_utils.vae.gaussian_log_prob",
                  "course_utils.grading.vae._reference_kl_monte_carlo")
-    check_function(kl_mc_fn, _reference_kl_monte_carlo, make_inputs, name="kl_monte_carlo", trials=trials, seed=seed,
+    check_function(fn, _reference_kl_monte_carlo, make_inputs, name="kl_monte_carlo", trials=trials, seed=seed,
                    by_hand=ByHand.of(BY_HAND_KL_MONTE_CARLO),
                    mistakes=mistakes, forbidden=forbidden, quiet=True)
     # Closed form vs Monte Carlo with many samples.
     rng = np.random.default_rng([seed, 77])
     mq, lq, mp, lp = (t[:2, :3] for t in _gauss_inputs(np.random.default_rng([seed, 78])))
     eps = _t(rng, 20000, *mq.shape)  # (S, B, k) with B <= 2, k <= 3
-    estimate = call_learner("kl_monte_carlo", kl_mc_fn, (mq, lq, mp, lp, eps), forbidden=forbidden)
+    estimate = call_learner("kl_monte_carlo", fn, (mq, lq, mp, lp, eps), forbidden=forbidden)
     z = reparameterize(mq, lq, eps)
     spread = (_log_normal(z, mq, lq) - _log_normal(z, mp, lp)).std(0) / math.sqrt(eps.shape[0])  # (B,)
     closed = diag_gaussian_kl(mq, lq, mp, lp)
@@ -152,12 +152,13 @@ def check_kl_monte_carlo(kl_mc_fn: Callable, *, trials: int = 3, seed: int | Non
     if not worst < 5:
         raise CheckFailed(f"kl_monte_carlo: with 20000 samples your estimate is {worst:.3g} standard errors from the "
                           "closed form; check that the samples come from q.")
-    print(f"✅ kl_monte_carlo: matches the reference on {trials} random inputs, and with 20000 samples it agrees with the "
-          "closed form within 5 standard errors.")
+    if not quiet:
+        print(f"✅ kl_monte_carlo: matches the reference on {trials} random inputs, and with 20000 samples it agrees with "
+              "the closed form within 5 standard errors.")
 
 
 # ---------------------------------------------------------------- exercise 3
-def check_gaussian_log_likelihood(loglik_fn: Callable, *, trials: int = 4, seed: int | None = None) -> None:
+def check_gaussian_log_likelihood(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 3: the Gaussian decoder's log p(x|z) = log N(x; mean, diag sigma^2), ``(B, D) -> (B,)``, ``log_sigma`` ``(D,)``."""
 
     def make_inputs(rng):
@@ -186,13 +187,13 @@ def check_gaussian_log_likelihood(loglik_fn: Callable, *, trials: int = 4, seed:
         Mistake("negated", "you returned the negative log-likelihood (a loss); return log p(x|z) itself.",
                 lambda *a: -gaussian_log_prob(*a)),
     ]
-    check_function(loglik_fn, gaussian_log_prob, make_inputs, name="gaussian_log_likelihood", trials=trials,
+    check_function(fn, gaussian_log_prob, make_inputs, name="gaussian_log_likelihood", trials=trials,
                    by_hand=ByHand.of(BY_HAND_GAUSSIAN_LOG_LIKELIHOOD),
-                   seed=seed, mistakes=mistakes, forbidden=(*_DISTRIBUTIONS, "course_utils.vae.gaussian_log_prob"))
+                   seed=seed, mistakes=mistakes, forbidden=(*_DISTRIBUTIONS, "course_utils.vae.gaussian_log_prob"), quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 4
-def check_bernoulli_log_likelihood(loglik_fn: Callable, *, trials: int = 4, seed: int | None = None) -> None:
+def check_bernoulli_log_likelihood(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 4: the Bernoulli decoder's log p(x|z) from logits, ``(B, D) -> (B,)``, stable for large logits."""
 
     def make_inputs(rng, scale=2.0, dtype=torch.float64):
@@ -215,20 +216,22 @@ def check_bernoulli_log_likelihood(loglik_fn: Callable, *, trials: int = 4, seed
     seed = fresh_seed(seed)
     forbidden = ("torch.distributions.Bernoulli.log_prob", "torch.distributions.ContinuousBernoulli.log_prob",
                  "course_utils.vae.bernoulli_log_prob")
-    check_function(loglik_fn, bernoulli_log_prob, make_inputs, name="bernoulli_log_likelihood", trials=trials,
+    check_function(fn, bernoulli_log_prob, make_inputs, name="bernoulli_log_likelihood", trials=trials,
                    by_hand=ByHand.of(BY_HAND_BERNOULLI_LOG_LIKELIHOOD),
                    seed=seed, mistakes=mistakes, forbidden=forbidden, quiet=True)
     # Large logits in float32: sigmoid rounds to exactly 0 or 1 and log(0) appears in a naive version.
     rng = np.random.default_rng([seed, 5])
     x, logits = make_inputs(rng, scale=40.0, dtype=torch.float32)
-    got = call_learner("bernoulli_log_likelihood", loglik_fn, (x.clone(), logits.clone()), forbidden=forbidden)
+    got = call_learner("bernoulli_log_likelihood", fn, (x.clone(), logits.clone()), forbidden=forbidden)
     want = bernoulli_log_prob(x, logits)
     finite = isinstance(got, torch.Tensor) and bool(torch.isfinite(got).all())
     if not finite or not torch.allclose(got.float(), want, rtol=1e-4, atol=1e-3):
         raise CheckFailed("bernoulli_log_likelihood: with float32 logits of size ~40 your result is "
                           f"{'not finite' if not finite else 'wrong'}: sigmoid rounds to 0 or 1, so compute "
                           "x * logsigmoid(l) + (1 - x) * logsigmoid(-l) (or -F.binary_cross_entropy_with_logits).")
-    print(f"✅ bernoulli_log_likelihood: matches the reference on {trials} random inputs and stays exact for logits of size 40.")
+    if not quiet:
+        print(f"✅ bernoulli_log_likelihood: matches the reference on {trials} random inputs and stays exact for logits "
+              "of size 40.")
 
 
 # ---------------------------------------------------------------- exercise 5
@@ -252,7 +255,7 @@ def _reference_negative_elbo(x, mu, logvar, decode, eps):
     return (diag_gaussian_kl(mu, logvar) - recon).mean()
 
 
-def check_negative_elbo(neg_elbo_fn: Callable, *, trials: int = 3, seed: int | None = None) -> None:
+def check_negative_elbo(fn: Callable, *, trials: int = 3, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 5: the batch loss -ELBO with a Bernoulli decoder, S samples per digit, averaged over the batch."""
 
     def make_inputs(rng):
@@ -287,9 +290,10 @@ def check_negative_elbo(neg_elbo_fn: Callable, *, trials: int = 3, seed: int | N
         Mistake("decode_mu", "you decoded mu for every sample; decode the samples z = mu + exp(logvar / 2) * eps.",
                 variant(lambda r, k, x: (k - r).mean(), lambda m, l, e: m + 0 * e)),
     ]
-    check_function(neg_elbo_fn, _reference_negative_elbo, make_inputs, name="negative_elbo", trials=trials, seed=seed,
+    check_function(fn, _reference_negative_elbo, make_inputs, name="negative_elbo", trials=trials, seed=seed,
                    by_hand=ByHand.of(BY_HAND_NEGATIVE_ELBO),
-                   mistakes=mistakes, forbidden=(*_DISTRIBUTIONS, "course_utils.grading.vae._reference_negative_elbo"))
+                   mistakes=mistakes, forbidden=(*_DISTRIBUTIONS, "course_utils.grading.vae._reference_negative_elbo"),
+                   quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 6
@@ -308,11 +312,13 @@ def _linear_gaussian_bound(bound_fn, x, k, noise_std, gen):
     return bound_fn(log_px_given_z, log_pz, log_qz)
 
 
-def check_iwae_bound(iwae_fn: Callable, *, trials: int = 4, seed: int | None = None, verbose: bool = True) -> None:
+def check_iwae_bound(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False,
+                     verbose: bool = True) -> None:
     """Exercise 6: the importance-weighted bound log (1/K) sum_k p(x, z_k) / q(z_k | x), ``(K, B) x 3 -> (B,)``.
 
     The inputs have log-likelihoods near -1000, so exponentiating them underflows. After the exact
     comparison, the bound is applied to a model whose log p(x) is known, and must rise toward it with K.
+    ``quiet=True`` prints nothing; ``verbose=False`` prints the success line without the gaps for each K.
     """
 
     def make_inputs(rng):
@@ -337,7 +343,7 @@ def check_iwae_bound(iwae_fn: Callable, *, trials: int = 4, seed: int | None = N
 
     seed = fresh_seed(seed)
     forbidden = (*_DISTRIBUTIONS, "course_utils.grading.vae._reference_iwae_bound")
-    check_function(iwae_fn, _reference_iwae_bound, make_inputs, name="iwae_bound", trials=trials, seed=seed,
+    check_function(fn, _reference_iwae_bound, make_inputs, name="iwae_bound", trials=trials, seed=seed,
                    by_hand=ByHand.of(BY_HAND_IWAE_BOUND),
                    mistakes=mistakes, forbidden=forbidden, quiet=True)
     # The bound tightens toward log p(x) as K grows, on a model with a known marginal. Fixed draws (the
@@ -346,7 +352,7 @@ def check_iwae_bound(iwae_fn: Callable, *, trials: int = 4, seed: int | None = N
     gen = torch.Generator().manual_seed(0)
 
     def bound(log_px_given_z, log_pz, log_qz):
-        return call_learner("iwae_bound", iwae_fn, (log_px_given_z, log_pz, log_qz), forbidden=forbidden)
+        return call_learner("iwae_bound", fn, (log_px_given_z, log_pz, log_qz), forbidden=forbidden)
 
     x = torch.randn(400, generator=gen, dtype=torch.float64) * math.sqrt(1 + noise_std**2)  # x ~ p(x)
     log_px_each = -0.5 * x**2 / (1 + noise_std**2) - 0.5 * math.log(1 + noise_std**2) - 0.5 * LOG_2PI  # (400,)
@@ -360,6 +366,8 @@ def check_iwae_bound(iwae_fn: Callable, *, trials: int = 4, seed: int | None = N
     if not (rising and below and float(gaps[-1].mean()) < 0.05):
         raise CheckFailed(f"iwae_bound: on a model with known log p(x) = {log_px:.3g} your bounds for K = {ks} are "
                           f"{[round(b, 3) for b in bounds]}; they should rise toward log p(x) and stay below it.")
+    if quiet:
+        return
     print(f"✅ iwae_bound: matches the reference on {trials} random inputs (log-likelihoods near -1000).")
     if verbose:
         print(f"   known log p(x) = {log_px:.3g} nats; gap log p(x) - your bound: " +

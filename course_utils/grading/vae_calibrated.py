@@ -51,7 +51,7 @@ def _inputs(rng):
     return x, mean, mu, logvar
 
 
-def check_calibrated_negative_elbo(fn: Callable, *, trials: int = 5, seed: int | None = None) -> None:
+def check_calibrated_negative_elbo(fn: Callable, *, trials: int = 5, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 7: ``fn(x, mean, mu, logvar) -> 0-d tensor``, -ELBO with sigma^2 at its batch optimum."""
 
     def variant(**kw):
@@ -78,7 +78,7 @@ def check_calibrated_negative_elbo(fn: Callable, *, trials: int = 5, seed: int |
                    "torch.nn.functional.gaussian_nll_loss", "course_utils.vae.gaussian_log_prob",
                    "course_utils.vae.diag_gaussian_kl",
                    "course_utils.grading.vae_calibrated._reference_calibrated_negative_elbo",
-                   "course_utils.grading.vae_calibrated._calibrated"),
+                   "course_utils.grading.vae_calibrated._calibrated"), quiet=quiet,
     )
 
 
