@@ -491,8 +491,11 @@ class _Watch:
             call = vars(type(fn)).get("__call__")  # the class that defines it, not type.__call__
             code = getattr(inspect.unwrap(call), "__code__", None) if call is not None else None
             module = type(fn).__module__ or ""
+        qualname = getattr(plain, "__qualname__", "") or ""
         if code is not None and code in self._codes:
             self._refuse(self._codes[code])
+        elif "<locals>" in qualname:  # a check's own wrapper around the learner's answer: no learner can name it
+            return
         elif module and _in(module, self._modules) and code not in self._given:
             self._refuse(f"{module}.{getattr(plain, '__qualname__', getattr(type(fn), '__qualname__', '?'))} "
                          f"(your answer is that function itself)")
