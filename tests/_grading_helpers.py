@@ -185,3 +185,29 @@ def pasted(module):
             copy.__kwdefaults__ = value.__kwdefaults__
             namespace[key] = copy
     return types.SimpleNamespace(**namespace)
+
+
+def solution_cells_module(tmp_path_factory, slug: str, grade_ids, header: str, replace=()):
+    """The solution cells ``grade_ids`` of ``solutions/<slug>.ipynb`` written to a module file and imported.
+
+    ``@triton.jit`` wants its kernel's source in a file. ``replace`` is a tuple of (old, new) edits that make a
+    variant (a mistake, or a right answer written differently); each ``old`` must occur in the source.
+    """
+    import importlib.util
+    import json
+
+    from course_utils.paths import ROOT
+
+    cells = json.loads((ROOT / "solutions" / f"{slug}.ipynb").read_text())["cells"]
+    source = header + "\n\n\n" + "\n\n\n".join(
+        "".join(c["source"]) for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") in grade_ids)
+    for old, new in replace:
+        assert old in source, old
+        source = source.replace(old, new)
+    folder = tmp_path_factory.mktemp(f"kernels_{slug[:2]}")
+    name = f"solution{slug[:2]}_{abs(hash(replace))}"
+    (folder / f"{name}.py").write_text(source)
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -413,25 +413,11 @@ if triton is None:  # pragma: no cover - macOS, Windows, Arm Linux
 
 
 def solution_module(tmp_path_factory, replace=()):
-    """The Triton cells of solutions/06, written to a module file (``@triton.jit`` wants its source in a file)."""
-    import importlib.util
-    import json
+    """The Triton cells of solutions/06 (ex. 7 and 8), written to a module file."""
+    from _grading_helpers import solution_cells_module
 
-    from course_utils.paths import ROOT
-    cells = json.loads((ROOT / "solutions" / "06_flash_attention.ipynb").read_text())["cells"]
-    ids = ("ex7_swa_alibi", "ex8_flash_backward_atomic")
-    source = "import math\nimport torch\nimport triton\nimport triton.language as tl\n\n\n" + "\n\n\n".join(
-        "".join(c["source"]) for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") in ids)
-    for old, new in replace:
-        assert old in source
-        source = source.replace(old, new)
-    folder = tmp_path_factory.mktemp("kernels")
-    name = f"solution06_{abs(hash(replace))}"
-    (folder / f"{name}.py").write_text(source)
-    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return solution_cells_module(tmp_path_factory, "06_flash_attention", ("ex7_swa_alibi", "ex8_flash_backward_atomic"),
+                                 "import math\nimport torch\nimport triton\nimport triton.language as tl", replace)
 
 
 @pytest.fixture(scope="module")

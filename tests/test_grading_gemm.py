@@ -378,25 +378,11 @@ from course_utils.grading import gemm_split_k as GS  # noqa: E402
 
 
 def solution05(tmp_path_factory, replace=()):
-    """The Triton cells of solutions/05 (ex. 2, 5, 7), written to a module file (``@triton.jit`` wants a file)."""
-    import importlib.util
-    import json
+    """The Triton cells of solutions/05 (ex. 2, 5, 7), written to a module file."""
+    from _grading_helpers import solution_cells_module
 
-    from course_utils.paths import ROOT
-    cells = json.loads((ROOT / "solutions" / "05_gemm_triton.ipynb").read_text())["cells"]
-    ids = ("ex2_linear_kernel", "ex5_bias_leaky", "ex7_split_k")
-    source = "import torch\nimport triton\nimport triton.language as tl\n\n\n" + "\n\n\n".join(
-        "".join(c["source"]) for c in cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") in ids)
-    for old, new in replace:
-        assert old in source, old
-        source = source.replace(old, new)
-    folder = tmp_path_factory.mktemp("kernels05")
-    name = f"solution05_{abs(hash(replace))}"
-    (folder / f"{name}.py").write_text(source)
-    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return solution_cells_module(tmp_path_factory, "05_gemm_triton", ("ex2_linear_kernel", "ex5_bias_leaky", "ex7_split_k"),
+                                 "import torch\nimport triton\nimport triton.language as tl", replace)
 
 
 @pytest.fixture(scope="module")
