@@ -358,7 +358,7 @@ def test_named_mistakes_survive_the_grader(tmp_path):
         "ex2_linear_kernel": [("(kk[None, :] < K)", "(offs_k[None, :] < K)"), ("(kk[:, None] < K)", "(offs_k[:, None] < K)")],
         "ex5_bias_leaky": [("tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)", "tl.load(bias_ptr + offs_m, mask=offs_m < M, other=0.0)"),
                            ("bias[None, :]", "bias[:, None]")],
-        "ex6_roofline": [("    flops = 2 * m * n * k", "    return GM.roofline_bound(m, n, k, itemsize, peak_flops, bandwidth)[0]\n    flops = 2 * m * n * k")],
+        "ex6_roofline": [("    flops = 2 * m * n * k", "    return gemm_models.roofline_bound(m, n, k, itemsize, peak_flops, bandwidth)[0]\n    flops = 2 * m * n * k")],
     }
     for cell in nb.cells:
         for old, new in edits.get(cell.metadata.get("nbgrader", {}).get("grade_id"), []):
