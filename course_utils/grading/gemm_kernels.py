@@ -145,6 +145,20 @@ def _on_device(buf: torch.Tensor, view: torch.Tensor, device: str):
     return moved, moved.as_strided(view.shape, view.stride(), view.storage_offset())
 
 
+def _call_kernel_launcher(name, fn, args, blocks, **watch):
+    """The learner's launcher on ``args`` with the block sizes; a stub kernel's NotImplementedError, which arrives
+    wrapped in the interpreter's error, is 'not attempted'. ``watch``: call_learner's forbidden=/by_hand=."""
+    try:
+        call_learner(name, fn, args, dict(block_m=blocks[0], block_n=blocks[1], block_k=blocks[2]), **watch)
+    except NotAttempted:
+        raise
+    except CheckFailed as exc:
+        if "NotImplementedError" in str(exc):
+            raise NotAttempted(f"{name}: not attempted yet; replace `raise NotImplementedError` in the kernel "
+                               f"with your code and run this cell again.") from None
+        raise
+
+
 def _launch(name, fn, inputs, blocks, forbidden):
     """Call ``fn(*inputs, out, block_m=, block_n=, block_k=)``; return (out on the CPU, whether it stored outside out)."""
     device = "cpu" if TIER == "cpu" else "cuda"
@@ -152,15 +166,7 @@ def _launch(name, fn, inputs, blocks, forbidden):
     out_buf = torch.full((m + PAD, n + PAD), C_FILL, dtype=torch.float32)
     out_buf, out = _on_device(out_buf, out_buf[:m, :n], device)
     args = [_on_device(b, v, device)[1] for b, v in inputs] + [out]
-    try:
-        call_learner(name, fn, args, dict(block_m=blocks[0], block_n=blocks[1], block_k=blocks[2]), forbidden=forbidden)
-    except NotAttempted:
-        raise
-    except CheckFailed as exc:  # a stub kernel's NotImplementedError arrives wrapped in the interpreter's error
-        if "NotImplementedError" in str(exc):
-            raise NotAttempted(f"{name}: not attempted yet; replace `raise NotImplementedError` in the kernel "
-                               f"with your code and run this cell again.") from None
-        raise
+    _call_kernel_launcher(name, fn, args, blocks, forbidden=forbidden)
     out_buf = out_buf.cpu()
     outside = out_buf.clone()
     outside[:m, :n] = C_FILL

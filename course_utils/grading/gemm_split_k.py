@@ -14,10 +14,11 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..classroom.checking import CheckFailed, NotAttempted, call_learner, fresh_seed
+from ..classroom.checking import CheckFailed, fresh_seed
 from ..classroom.forbidden import ByHand
 from ..gemm import TIER
-from .gemm_kernels import BLOCKS, C_FILL, FORBIDDEN_MATMUL, PAD, _cdiv, _on_device, _padded, _tolerance
+from .gemm_kernels import (BLOCKS, C_FILL, FORBIDDEN_MATMUL, PAD, _call_kernel_launcher, _cdiv, _on_device, _padded,
+                           _tolerance)
 
 __all__ = ["check_linear_split_k", "split_ranges"]
 
@@ -65,16 +66,7 @@ def check_linear_split_k(fn: Callable, *, trials: int = 3, seed: int | None = No
         where = (f" (trial {trial + 1} of {trials}: M={m}, N={n}, K={k}, split_k={split_k}, block_m={blocks[0]}, "
                  f"block_n={blocks[1]}, block_k={blocks[2]}; reproduce with seed={seed})")
         args = [_on_device(x_buf, x, device)[1], _on_device(w_buf, w, device)[1], out, work]
-        try:
-            call_learner(name, fn, args, dict(block_m=blocks[0], block_n=blocks[1], block_k=blocks[2]),
-                         forbidden=FORBIDDEN_MATMUL, by_hand=BY_HAND_LINEAR_SPLIT_K)
-        except NotAttempted:
-            raise
-        except CheckFailed as exc:  # a stub kernel's NotImplementedError arrives wrapped in the interpreter's error
-            if "NotImplementedError" in str(exc):
-                raise NotAttempted(f"{name}: not attempted yet; replace `raise NotImplementedError` in the kernel "
-                                   f"with your code and run this cell again.") from None
-            raise
+        _call_kernel_launcher(name, fn, args, blocks, forbidden=FORBIDDEN_MATMUL, by_hand=BY_HAND_LINEAR_SPLIT_K)
         got_out, got_work = out_buf.cpu()[:m, :n], work.cpu()
         ranges = split_ranges(k, split_k, blocks[2])
         want_parts = _partials(x, w, ranges)
