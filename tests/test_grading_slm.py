@@ -328,7 +328,7 @@ def test_enumeration_cannot_finish_at_the_checked_sizes_and_the_dp_is_fast():
 def test_choose_variants_wrong_answers():
     fails(g.check_choose_variants, g._greedy, "greedy")
     fails(g.check_choose_variants, lambda c, l_, b: [0] * len(c), "over the budget")
-    fails(g.check_choose_variants, lambda c, l_, b: [len(x) - 1 for x in c], "above the best possible")
+    fails(g.check_choose_variants, lambda c, l_, b: [len(x) - 1 for x in c], "expected")  # the optimum's total loss
     fails(g.check_choose_variants, lambda c, l_, b: [0, 0], "one valid variant index")
 
 

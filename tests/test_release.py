@@ -1,12 +1,17 @@
 """The learners' release (``python -m course_utils release OUT``): no solution, no reference, working self-checks.
 
-Built for problem sets 00, 03 and 12 (grading modules foundations, convolution, score_sde). Each set's
-released exercise notebook is run with the solution cells filled in from ``solutions/``: every banked check
-passes the right answers; a known mistake per set is named by the released check. Exercise and check cell ids
-are read from the current solution notebooks, found by the function each exercise asks for.
+One release per module (a fixture) of the grading modules of problem sets 00, 03 and 12 (their notebooks are run)
+and of the checks that replay through the release's other paths: inputs holding callables of
+``course_utils.classroom.released`` (diffusion, score_sde, vae, training_memory, the simulated ranks of
+parallelism), drivers (foundations, mixed_precision, slm) and modules released as source (gemm, floating_point).
+Each set's released exercise notebook is run with the solution cells filled in from ``solutions/``: every
+check passes the right answers; a known mistake per set is named by the released check. Exercise and check cell
+ids are read from the current solution notebooks, found by the function each exercise asks for. The other paths'
+checks are called in one process on the release, with the right answers and mistakes of tests/test_grading_*.py.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import pickle
 import re
@@ -21,6 +26,7 @@ from course_utils.classroom.release import build_release, find_leaks, pickled_st
 
 pytestmark = pytest.mark.slow
 SETS = {"00_foundations": "foundations", "03_convolution": "convolution", "12_score_sde": "score_sde"}
+OTHERS = ["diffusion", "floating_point", "gemm", "mixed_precision", "parallelism", "slm", "training_memory", "vae"]
 
 RUN = r'''
 import json, sys, traceback
@@ -49,7 +55,7 @@ print("RESULT" + json.dumps(out))
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
     out = tmp_path_factory.mktemp("rel") / "release"
-    summary = build_release(out, modules=list(SETS.values()), log=lambda *a: None)
+    summary = build_release(out, modules=list(SETS.values()) + OTHERS, log=lambda *a: None)
     return out, summary
 
 
@@ -119,7 +125,13 @@ def test_the_release_holds_no_solution_and_no_reference(release):
         text = (out / "course_utils" / "grading" / f"{module}.py").read_text()
         assert "def check_" in text and "_reference" not in text
         assert (ROOT / "course_utils" / "grading" / f"{module}.py").read_text() != text
-    assert sum(sum(v.values()) for v in summary.values()) >= 10  # most checks replay a bank
+    unreplayed = {f"{m}.{c}" for m, checks in summary.items() for c, replays in checks.items() if not replays}
+    assert not unreplayed, unreplayed  # every check replays a bank or is released as source
+    # the inputs' classes and drivers ship (course_utils/classroom/released.py); modules released as source are copies
+    assert (out / "course_utils" / "classroom" / "released.py").exists()
+    for module in ("gemm_kernels", "gemm_split_k", "floating_point_stochastic", "parallelism_gloo"):
+        assert (out / "course_utils" / "grading" / f"{module}.py").read_text() == \
+            (ROOT / "course_utils" / "grading" / f"{module}.py").read_text()
 
 
 @pytest.mark.parametrize("stem", list(SETS))
@@ -212,3 +224,120 @@ def test_a_size_limit_given_as_a_function_is_stored_per_fixed_input():
     limits = _by_hand_limits(spec, (np.zeros((3, 4)),), {})
     assert limits == {"max_numel": 24}
     assert ByHand(**fields, **limits).max_numel == 24 and pickle.dumps(fields)
+
+
+REPLAY = r'''
+import contextlib, importlib, io, json, pickle, sys
+with open(sys.argv[1], "rb") as f:
+    cases = pickle.load(f)
+out = []
+for module, check, fn in cases:
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            getattr(importlib.import_module("course_utils.grading." + module), check)(fn)
+        out.append(["ok", "", printed.getvalue()])
+    except BaseException as exc:
+        out.append([type(exc).__name__, str(exc)[:400], printed.getvalue()])
+import course_utils
+print("RESULT" + json.dumps([out, course_utils.__file__]))
+'''
+
+
+def _replay_in_release(release_dir, cases, tmp_path):
+    """[(status, message, printed)] of ``module.check(fn)`` for each case, in one process on the release's package.
+    The answers travel by value (cloudpickle): they come from test modules that the release does not hold."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    modules = {importlib.import_module(fn.__module__) for _, _, fn in cases if fn.__module__ != __name__}
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        (tmp_path / "cases.pkl").write_bytes(cloudpickle.dumps(cases))
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
+    (tmp_path / "replay.py").write_text(REPLAY)
+    done = subprocess.run([sys.executable, str(tmp_path / "replay.py"), str(tmp_path / "cases.pkl")], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path, env={"PYTHONPATH": str(release_dir), "PATH": "/usr/bin:/bin",
+                                                                     "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"})
+    line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT")), None)
+    assert line, done.stderr[-3000:]
+    results, package = json.loads(line[len("RESULT"):])
+    assert package.startswith(str(release_dir)), package  # the release's package, not the repository's
+    return results
+
+
+def test_checks_with_callables_drivers_and_simulated_ranks_replay_and_name_mistakes(release, tmp_path):
+    """Right answers pass the released checks and a named mistake of each path is named: inputs holding the
+    callables of course_utils.classroom.released (a noise predictor, a score function, a decoder, small modules,
+    simulated peer ranks), drivers (numerical_jacobian's restore, the loss scaler's script, choose_variants's total
+    loss) and the modules released as source (stochastic rounding, the GEMM kernels' launchers)."""
+    import math
+
+    tfd = importlib.import_module("test_grading_foundations")
+    tmp = importlib.import_module("test_grading_mixed_precision")
+    tdm = importlib.import_module("test_grading_diffusion")
+    tss = importlib.import_module("test_grading_score_sde")
+    tvae = importlib.import_module("test_grading_vae")
+    ttm = importlib.import_module("test_grading_training_memory")
+    tpar = importlib.import_module("test_grading_parallelism")
+    tslm = importlib.import_module("test_grading_slm")
+    tfp = importlib.import_module("test_grading_floating_point")
+
+    zero2, sr_bf16 = tpar.zero2_solution, tfp.sr_bf16  # the local functions hold functions, not the test modules
+
+    class NeverSkips(tmp.GoodScaler):
+        def unscale_(self, grads):
+            super().unscale_(grads)
+            return False
+
+    def greedy(costs, losses, budget):  # the slm check's named mistake, written by a learner
+        choice, used = [0] * len(costs), sum(c[0] for c in costs)
+        while used > budget:
+            _, i, j = min(((losses[i][j] - losses[i][choice[i]]) / (costs[i][choice[i]] - costs[i][j]), i, j)
+                          for i in range(len(costs)) for j in range(len(costs[i])) if costs[i][j] < costs[i][choice[i]])
+            used, choice[i] = used + costs[i][j] - costs[i][choice[i]], j
+        return choice
+
+    def unpadded(param, grad, m, v, step, lr, betas, eps, comm):  # reduce-scatter of the gradient as it is
+        comm.reduce_scatter(grad.new_empty(m.numel()), grad)
+        return zero2(param, grad, m, v, step, lr, betas, eps, comm)
+
+    def linear_stub(x, w, out, block_m=32, block_n=32, block_k=16):
+        raise NotImplementedError
+
+    def linear_by_torch(x, w, out, block_m=32, block_n=32, block_k=16):
+        out.copy_(torch.matmul(x, w.T))
+
+    import torch
+
+    right = "matches the recorded answers"
+    cases = [  # (module, check, answer, expected status, a fragment of the message or of the printed line)
+        ("diffusion", "check_ddpm_loss", tdm.ddpm_loss_solution, "ok", right),
+        ("diffusion", "check_dpm_solver_2m", tdm.dpm_solution, "ok", right),
+        ("score_sde", "check_langevin_step", tss.langevin_solution, "ok", right),
+        ("score_sde", "check_langevin_step", lambda x, s, tau, z: x - tau * s(x) + math.sqrt(2 * tau) * z,
+         "CheckFailed", "sign of the score"),
+        ("vae", "check_negative_elbo", tvae.neg_elbo_ok, "ok", right),
+        ("training_memory", "check_saved_bytes", ttm.saved_solution, "ok", right),
+        ("parallelism", "check_zero2_adam_step", tpar.zero2_solution, "ok", right),
+        ("parallelism", "check_zero2_adam_step", unpadded, "CheckFailed", "zero-padded"),  # the simulated ranks say so
+        ("foundations", "check_numerical_jacobian", tfd.jacobian_in_place, "ok", right),
+        ("foundations", "check_numerical_jacobian", tfd.jacobian_forward, "CheckFailed", "forward difference"),
+        ("foundations", "check_numerical_jacobian", tfd.jacobian_not_restored_in_place, "CheckFailed",
+         "put each perturbed entry back"),  # the driver's own check
+        ("foundations", "check_numerical_jacobian", tfd.jacobian_not_restored_on_copy, "CheckFailed",
+         "restore x[i] = original"),
+        ("mixed_precision", "check_dynamic_loss_scaler", tmp.GoodScaler, "ok", right),
+        ("mixed_precision", "check_dynamic_loss_scaler", NeverSkips, "CheckFailed", "was not reported"),
+        ("slm", "check_choose_variants", tslm.choose_variants, "ok", right),
+        ("slm", "check_choose_variants", greedy, "CheckFailed", "greedy"),
+        ("floating_point", "check_stochastic_rounding", tfp.sr_bf16, "ok", "bf16 neighbour"),
+        ("floating_point", "check_stochastic_rounding", lambda x, rng: sr_bf16(x, rng, variant="truncate"),
+         "CheckFailed", "never round up"),
+        ("gemm", "check_linear", linear_stub, "NotAttempted", "not attempted"),
+        ("gemm", "check_linear", linear_by_torch, "ForbiddenCall", "torch.matmul"),
+    ]
+    results = _replay_in_release(release[0], [c[:3] for c in cases], tmp_path)
+    for (module, check, _, status, fragment), (got, message, printed) in zip(cases, results):
+        assert got == status and fragment in (message if status != "ok" else printed), (module, check, got, message, printed)

@@ -8,13 +8,15 @@ without any reference code.
 """
 from __future__ import annotations
 
+import functools
 import pickle
 from pathlib import Path
 
 from ..checks import _close, _flatten, _is_array, _validate
 from ..errors import CheckFailed
 from ..tolerances import TOLERANCES, tolerance_for
-from .checking import _copy_inputs, _describe_inputs, _difference_message, _is_dtype_problem, _same_input, call_learner
+from .checking import (_copy_inputs, _describe_inputs, _difference_message, _is_dtype_problem, _precision_hint,
+                       _same_input, call_learner)
 from .forbidden import ByHand
 
 __all__ = ["replay", "unavailable"]
@@ -42,6 +44,8 @@ def replay(module: str, check: str, learner_fn) -> None:
     if not callable(learner_fn):
         raise CheckFailed(f"{name}: expected a function, got {type(learner_fn).__name__}; pass the function itself.")
     trials = entry["trials"]
+    driver = entry.get("driver")  # the check drives the learner's function (course_utils.classroom.released)
+    call = learner_fn if driver is None else functools.partial(driver["func"], learner_fn, *driver["args"], **driver["kwargs"])
     for index, trial in enumerate(trials):
         args, kwargs, want = _copy_inputs(trial["args"]), dict(trial["kwargs"]), trial["want"]
         where = f" (fixed input {index + 1} of {len(trials)}, {_describe_inputs(args, kwargs)})"
@@ -49,7 +53,7 @@ def replay(module: str, check: str, learner_fn) -> None:
         # the check's by-hand watch, its size limits as recorded for this input (banks without one: none)
         fields = entry.get("by_hand")
         by_hand = ByHand(**fields, **trial.get("limits", {})) if fields is not None else None
-        got = call_learner(name, learner_fn, args, kwargs, forbidden=entry["forbidden"], by_hand=by_hand, where=where)
+        got = call_learner(name, call, args, kwargs, forbidden=entry["forbidden"], by_hand=by_hand, where=where)
         if entry["check_inputs_unchanged"] and not all(_same_input(a, b) for a, b in zip(args, originals)):
             raise CheckFailed(f"{name}: your function modified its input in place; work on a copy (or a new array) instead.")
         first = _flatten(want)[0]
@@ -75,5 +79,5 @@ def replay(module: str, check: str, learner_fn) -> None:
                 continue
         if problem is not None:
             raise problem
-        raise CheckFailed(_difference_message(name, got, want, r, a, where))
+        raise CheckFailed(_difference_message(name, got, want, r, a, where) + _precision_hint(got, want, r, a))
     print(f"✅ {name}: matches the recorded answers on {len(trials)} fixed inputs (your instructor's grader uses fresh ones).")

@@ -17,6 +17,7 @@ The grading modules (``course_utils.grading.<topic>``) build their ``check_*`` f
 """
 from __future__ import annotations
 
+import functools
 import secrets
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
@@ -89,6 +90,10 @@ def call_learner(name: str, fn: Callable, args: Sequence[Any] = (), kwargs: dict
     """
     kwargs = kwargs or {}
     spec = _watch_spec(forbidden, by_hand)
+    if spec is not None and isinstance(fn, functools.partial) and fn.args and hasattr(fn.args[0], "__course_remote_call__"):
+        # a driver (course_utils.classroom.released) around a grader's remote proxy: the watch goes with each call
+        # of the learner's function, into the learner's kernel, and the driver itself runs here unwatched
+        fn, spec = functools.partial(fn.func, _watched_remote(name, fn.args[0], spec), *fn.args[1:], **fn.keywords), None
     try:
         if hasattr(fn, "__course_remote_call__"):
             result, hit = fn.__course_remote_call__(args, kwargs, spec or ())
@@ -129,6 +134,15 @@ def call_learner(name: str, fn: Callable, args: Sequence[Any] = (), kwargs: dict
     if hit:
         raise ForbiddenCall(forbidden_message(name, hit))
     return result
+
+
+def _watched_remote(name: str, remote: Callable, spec) -> Callable:
+    def call(*args, **kwargs):
+        result, hit = remote.__course_remote_call__(args, kwargs, spec)
+        if hit:
+            raise ForbiddenCall(forbidden_message(name, hit))
+        return result
+    return call
 
 
 def _describe_one(a: Any) -> str:

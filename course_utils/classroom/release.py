@@ -18,6 +18,7 @@ stays as it is.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import io
@@ -40,6 +41,9 @@ BANK_SEED = 20_261_203   # the release's inputs; the grader draws fresh ones
 _MARKERS = re.compile(r"### BEGIN SOLUTION|### BEGIN HIDDEN TESTS")
 
 
+_RELEASED = "course_utils.classroom.released"
+
+
 class ReleaseError(RuntimeError):
     """The release could not be written (the output folder is inside the repository, not empty...)."""
 
@@ -56,9 +60,10 @@ def _recorder(sink: list, probe):
     def check_function(learner_fn, reference_fn, make_inputs, *, name, trials=3, seed=None, rtol=None, atol=None, n=None,
                        mistakes=(), check_inputs_unchanged=True, forbidden=(), by_hand=None, quiet=False,
                        **_later_options):
-        direct = learner_fn is probe or _passes_through(learner_fn, probe, make_inputs)
+        driver = _driver(learner_fn, probe)
+        direct = driver is not None or learner_fn is probe or _passes_through(learner_fn, probe, make_inputs)
         spec = ByHand.of(by_hand)
-        entry = {"name": name, "direct": direct, "rtol": rtol, "atol": atol, "n": n,
+        entry = {"name": name, "direct": direct, "driver": driver, "rtol": rtol, "atol": atol, "n": n,
                  "check_inputs_unchanged": check_inputs_unchanged, "forbidden": [f for f in forbidden
                                                                                  if not f.startswith("course_utils.grading")],
                  "by_hand": _by_hand_fields(spec), "trials": []}
@@ -103,6 +108,17 @@ def _by_hand_limits(spec: ByHand | None, args, kwargs) -> dict:
             for f in _LIMITS if callable(getattr(spec, f))}
 
 
+def _driver(learner_fn, probe) -> dict | None:
+    """A check that drives the learner's function through ``functools.partial(driver, fn, ...)``, ``driver`` defined
+    outside the grading modules (:mod:`course_utils.classroom.released`): the driver, recorded by name, and the
+    partial's other arguments; None for any other learner function."""
+    if not (isinstance(learner_fn, functools.partial) and learner_fn.args and learner_fn.args[0] is probe):
+        return None
+    if getattr(learner_fn.func, "__module__", "").startswith("course_utils.grading"):
+        return None  # a driver among the references is not released: the check has no bank
+    return {"func": learner_fn.func, "args": tuple(learner_fn.args[1:]), "kwargs": dict(learner_fn.keywords)}
+
+
 class _ProbeCalled(Exception):
     pass
 
@@ -130,18 +146,25 @@ def _storable(entry: dict) -> bytes | None:
         data = pickle.dumps(entry, protocol=4)
     except Exception:  # lambdas, generators, modules among the inputs
         return None
-    if b"course_utils.grading" in data or b"course_utils.classroom" in data:
+    # the inputs' classes and the drivers of course_utils.classroom.released ship with the release; nothing else of
+    # the classroom (a Mistake, a check's helper) and nothing of the grading modules may be pickled into a bank
+    if b"course_utils.grading" in data or b"course_utils.classroom" in data.replace(_RELEASED.encode(), b""):
         return None
     return data
 
 
-def record_module(module_name: str) -> dict[str, bytes | None]:
-    """For each ``check_*`` of ``course_utils.grading.<module_name>``: its pickled bank, or None if it has none."""
+def record_module(module_name: str, shipped: set[str] = frozenset()) -> dict[str, bytes | str | None]:
+    """For each ``check_*`` of ``course_utils.grading.<module_name>``: its pickled bank, None if it has none, or the
+    name of the module in ``shipped`` (released as source, :func:`shipped_modules`) that defines it."""
     module = importlib.import_module(f"course_utils.grading.{module_name}")
-    out: dict[str, bytes | None] = {}
+    out: dict[str, bytes | str | None] = {}
     for attr, fn in sorted(vars(module).items()):
         # its own checks and those it re-exports from a sibling module (convolution -> convolution_backward)
         if not (attr.startswith("check_") and inspect.isfunction(fn) and fn.__module__.startswith("course_utils.grading.")):
+            continue
+        home_module = fn.__module__.rsplit(".", 1)[1]
+        if home_module in shipped:
+            out[attr] = home_module
             continue
 
         def probe(*args, **kwargs):
@@ -182,24 +205,64 @@ from course_utils.classroom.bank import replay, unavailable
 {functions}'''
 
 
-def _module_source(module: str, banks: dict[str, bytes | None]) -> str:
+def _module_source(module: str, banks: dict[str, bytes | str | None], shipped: set[str] = frozenset()) -> str:
+    imports: dict[str, set[str]] = {}  # module to import from -> names
     parts = []
     for check, data in banks.items():
-        if data is None:
+        if isinstance(data, str):  # defined in a grading module released as source: the check itself
+            imports.setdefault(f".{data}", set()).add(check)
+        elif data is None:
             parts.append(f"def {check}(fn, *args, **kwargs):\n    unavailable({module!r}, {check!r})\n\n")
         else:
             parts.append(f"def {check}(fn, *args, **kwargs):\n    replay({module!r}, {check!r}, fn)\n\n")
-    return _MODULE_TEMPLATE.format(module=module, functions="\n".join(parts))
+    real = importlib.import_module(f"course_utils.grading.{module}")
+    public = getattr(real, "__all__", None) or [n for n in vars(real) if not n.startswith("_")]
+    for name in public:  # public names that are released: the inputs' classes, a shipped module's
+        home = getattr(getattr(real, name, None), "__module__", None) or ""
+        if name.startswith("check_") or home == real.__name__:
+            continue
+        if home == _RELEASED:
+            imports.setdefault(home, set()).add(name)
+        elif home.startswith("course_utils.grading.") and home.rsplit(".", 1)[1] in shipped:
+            imports.setdefault("." + home.rsplit(".", 1)[1], set()).add(name)
+    lines = [f"from {m} import {', '.join(sorted(n))}  # noqa: F401\n" for m, n in sorted(imports.items())]
+    return _MODULE_TEMPLATE.format(module=module, functions="".join(lines) + ("\n\n" if lines else "") + "\n".join(parts))
+
+
+_SHIPPED = re.compile(r"^RELEASED_AS_SOURCE\s*=", flags=re.M)
+
+
+def shipped_modules(root: Path = ROOT) -> set[str]:
+    """Grading modules released as they are: those that define ``RELEASED_AS_SOURCE = "<why no reference is in
+    it>"``. Such a module may define no ``_reference*`` function and import no other grading module unless that one is
+    released as source too; its checks run in the release as they run for the grader, on fresh inputs."""
+    folder = root / "course_utils" / "grading"
+    shipped = {p.stem for p in folder.glob("*.py") if _SHIPPED.search(p.read_text())}
+    for name in sorted(shipped):
+        text = (folder / f"{name}.py").read_text()
+        if re.search(r"^\s*def _reference", text, flags=re.M):
+            raise ReleaseError(f"course_utils/grading/{name}.py is marked RELEASED_AS_SOURCE but defines a reference; "
+                               f"move the reference to another grading module or drop the mark.")
+        imported = set(re.findall(r"^\s*from \.(\w+) import", text, flags=re.M))
+        imported |= set(re.findall(r"course_utils\.grading\.(\w+)", text))
+        if imported - shipped:
+            raise ReleaseError(f"course_utils/grading/{name}.py is marked RELEASED_AS_SOURCE but imports "
+                               f"{', '.join(sorted(imported - shipped))}, which is not; mark it too or import from the lesson library.")
+    return shipped
 
 
 def reference_names(root: Path = ROOT) -> set[str]:
     """The grading modules' own top-level private functions and classes (the references and their helpers):
-    none may appear in a release. Names that other course modules also define (shared helpers) are left out."""
+    none may appear in a release. Names that other course modules also define (shared helpers), and the names of the
+    modules released as source (:func:`shipped_modules`), are left out."""
     def top_level(path: Path) -> set[str]:
         return set(re.findall(r"^(?:def|class)\s+(_\w+)", path.read_text(), flags=re.M))
 
-    grading = set().union(*(top_level(p) for p in (root / "course_utils" / "grading").glob("*.py")))
-    elsewhere = set().union(*(top_level(p) for p in (root / "course_utils").rglob("*.py") if "grading" not in p.parts))
+    shipped = shipped_modules(root)
+    folder = root / "course_utils" / "grading"
+    grading = set().union(*(top_level(p) for p in folder.glob("*.py") if p.stem not in shipped))
+    elsewhere = set().union(*(top_level(p) for p in (root / "course_utils").rglob("*.py")
+                              if "grading" not in p.parts or p.stem in shipped))
     return {n for n in grading - elsewhere if not n.startswith("__") and len(n) > 6}
 
 
@@ -249,7 +312,8 @@ def find_leaks(out: Path, root: Path = ROOT) -> list[str]:
 
 
 def build_release(out: Path | str, root: Path = ROOT, modules: list[str] | None = None, log=print) -> dict:
-    """Write the learners' release into ``out``; return {module: {check: has_bank}}."""
+    """Write the learners' release into ``out``; return {module: {check: replays in the release}} (a bank, or a
+    check released as source)."""
     out = Path(out).resolve()
     if out.exists() and any(out.iterdir()):
         raise ReleaseError(f"{out}: not empty; pass a new folder for the release.")
@@ -267,15 +331,22 @@ def build_release(out: Path | str, root: Path = ROOT, modules: list[str] | None 
     (grading / "_bank").mkdir(parents=True)
     (grading / "__init__.py").write_text('"""Released self-checks: banks recorded from the references, no reference code."""\n')
     names = modules or sorted(p.stem for p in (root / "course_utils" / "grading").glob("*.py") if not p.stem.startswith("_"))
+    shipped = shipped_modules(root)
+    for module in sorted(shipped):  # every one, whatever `modules` says: a released module may import it
+        shutil.copy(root / "course_utils" / "grading" / f"{module}.py", grading / f"{module}.py")
     summary = {}
     for module in names:
-        banks = record_module(module)
+        banks = record_module(module, shipped)
         if not banks:
             continue
-        (grading / f"{module}.py").write_text(_module_source(module, banks))
-        (grading / "_bank" / f"{module}.pkl").write_bytes(pickle.dumps({k: v for k, v in banks.items() if v is not None}))
+        if module not in shipped:
+            (grading / f"{module}.py").write_text(_module_source(module, banks, shipped))
+            (grading / "_bank" / f"{module}.pkl").write_bytes(
+                pickle.dumps({k: v for k, v in banks.items() if isinstance(v, bytes)}))
         summary[module] = {k: v is not None for k, v in banks.items()}
-        log(f"{module}: {sum(summary[module].values())} of {len(banks)} checks with a bank")
+        sources = sum(isinstance(v, str) for v in banks.values())
+        log(f"{module}: {sum(isinstance(v, bytes) for v in banks.values())} of {len(banks)} checks with a bank"
+            + (f", {sources} released as source" if sources else ""))
     leaks = find_leaks(out, root)
     if leaks:
         raise ReleaseError(f"the release would contain solutions or references in {', '.join(leaks[:5])}; fix the copy rules.")

@@ -15,6 +15,7 @@ import torch
 
 from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, check_function
+from ..classroom.released import LinearDenoiser
 from ..diffusion import cosine_alpha_bar_fn, cosine_schedule, linear_schedule, posterior_mean_variance
 from ..diffusion_metrics import _sq_dists, mmd_rbf
 
@@ -312,21 +313,6 @@ def check_from_v_prediction(fn: Callable, *, trials: int = 6, seed: int | None =
 
 
 # ---------------------------------------------------------------- exercise 5: the DDPM training loss
-class _LinearDenoiser:
-    """A fixed, deterministic 'network' eps(x, t) = x @ W + b * t/T, for checking losses."""
-
-    def __init__(self, rng, T):
-        self.W = torch.tensor(rng.standard_normal((2, 2)) * 0.5)
-        self.b = torch.tensor(rng.standard_normal(2))
-        self.T = T
-
-    def __call__(self, x, t):
-        return x @ self.W + self.b * (t.to(x.dtype).unsqueeze(-1) / self.T)
-
-    def __repr__(self):
-        return "denoiser"
-
-
 def _reference_ddpm_loss(model, x0, t, noise, betas):
     alpha_bar = torch.cumprod(1 - betas, dim=0)[t].unsqueeze(-1)  # (B, 1)
     x_t = alpha_bar.sqrt() * x0 + (1 - alpha_bar).sqrt() * noise
@@ -346,7 +332,7 @@ def _loss_inputs():
         t = rng.integers(1 if B == 1 else 0, T, B)
         if B > 1:
             t[0] = int(rng.choice([0, T - 1, t[0]]))  # the first and last timesteps are drawn too
-        return (_LinearDenoiser(rng, T), torch.tensor(rng.standard_normal((B, 2))), torch.tensor(t),
+        return (LinearDenoiser(rng, T), torch.tensor(rng.standard_normal((B, 2))), torch.tensor(t),
                 torch.tensor(rng.standard_normal((B, 2))), betas)
     return make
 

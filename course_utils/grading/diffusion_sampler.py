@@ -17,6 +17,7 @@ import torch
 
 from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, check_function
+from ..classroom.released import EpsModel
 from ..diffusion import cosine_schedule, linear_schedule
 
 _LESSON = ("course_utils.diffusion",)  # lesson modules refused by hand (course_utils.diffusion_* too)
@@ -26,25 +27,6 @@ BY_HAND_DPM_SOLVER_2M = {"modules": _LESSON,
     "whole_result_ops": (),
 }
 _DIFFUSERS = "diffusers.schedulers.scheduling_dpmsolver_multistep.DPMSolverMultistepScheduler."
-
-
-class _EpsModel:
-    """A fixed, deterministic noise predictor eps(x, t) = tanh(x @ W) * c + b * t / T (t a Python int).
-
-    Computed in NumPy: tiny matrices, where torch's intra-op threads only add contention on a loaded machine."""
-
-    def __init__(self, rng, T):
-        self.W = rng.standard_normal((2, 2))
-        self.c = float(rng.uniform(0.5, 1.5))
-        self.b = rng.standard_normal(2)
-        self.T = T
-
-    def __call__(self, x, t):
-        out = np.tanh(x.detach().cpu().numpy() @ self.W) * self.c + self.b * (int(t) / self.T)
-        return torch.from_numpy(out).to(x.dtype)
-
-    def __repr__(self):
-        return "eps_model"
 
 
 def _dpm2m(eps_model, x, alpha_bar, timesteps, *, first_order=False, r_inverted=False, log_snr=False,
@@ -82,7 +64,7 @@ def _dpm_inputs(rng):
     if rng.random() < 0.5:                                              # uneven spacing: the ratio r matters
         ts = np.unique(np.concatenate([[0, T - 1], rng.choice(T, n - 2, replace=False)]))[::-1]
     B = int(rng.integers(10, 120))
-    return _EpsModel(rng, T), torch.tensor(rng.standard_normal((B, 2))), sched.alpha_bar.numpy(), [int(t) for t in ts]
+    return EpsModel(rng, T), torch.tensor(rng.standard_normal((B, 2))), sched.alpha_bar.numpy(), [int(t) for t in ts]
 
 
 def check_dpm_solver_2m(fn: Callable, *, trials: int = 6, seed: int | None = None, quiet: bool = False) -> None:

@@ -5,6 +5,7 @@ the seed that reproduces it) and names the likely mistake. Reference answers are
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
@@ -13,6 +14,7 @@ import torch
 
 from ..classroom.checking import Mistake, call_learner, check_function
 from ..classroom.forbidden import ByHand
+from ..classroom.released import SmoothMap, call_restoring
 from ..errors import CheckFailed
 from ..foundations import sliding_windows
 
@@ -301,20 +303,6 @@ def _jacobian_variant(f, x, eps, *, forward=False, denominator=2.0, restore=True
     return out
 
 
-class _Smooth:
-    """f(x) = tanh(A x) + (x . x) c: an R^n -> R^m function with curvature in every direction."""
-
-    def __init__(self, rng, n, m):
-        self.A = rng.standard_normal((m, n))
-        self.c = rng.standard_normal(m) * 0.5
-
-    def __call__(self, x):
-        return np.tanh(self.A @ x) + (x @ x) * self.c
-
-    def __repr__(self):
-        return f"f: R^{self.A.shape[1]} -> R^{self.A.shape[0]}"
-
-
 # autograd and the course's own finite differences
 JACOBIAN_FORBIDDEN = ("torch.autograd.functional.jacobian", "course_utils.foundations.numerical_gradient",
                       "course_utils.grading.foundations._reference_numerical_jacobian")
@@ -325,21 +313,14 @@ def check_numerical_jacobian(fn: Callable, *, trials: int = 3, seed: int | None 
 
     def make_inputs(rng):
         n, m = int(rng.integers(1, 6)), int(rng.integers(6, 9))
-        return _Smooth(rng, n, m), rng.standard_normal(n), 1e-3
-
-    def restore_guard(f, x, eps):
-        x_seen = x.copy()
-        got = call_learner("numerical_jacobian", fn, (f, x_seen, eps), forbidden=JACOBIAN_FORBIDDEN)
-        if not np.array_equal(x_seen, x):
-            raise CheckFailed("numerical_jacobian: x is not the same after your function: put each perturbed "
-                              "entry back (x[i] = original) before moving to the next one.")
-        return got
+        return SmoothMap(rng, n, m), rng.standard_normal(n), 1e-3
 
     # Reference and learner evaluate the same central differences, so they agree to rounding
     # (~1e-16 / eps); a forward difference or a lost restore is off by ~eps * f'' ~ 1e-3.
+    # call_restoring hands the learner a copy of x and fails when it does not come back unchanged.
     check_function(
-        restore_guard, _reference_numerical_jacobian, make_inputs, name="numerical_jacobian",
-        trials=trials, seed=seed, rtol=1e-7, atol=1e-9,
+        functools.partial(call_restoring, fn), _reference_numerical_jacobian, make_inputs, name="numerical_jacobian",
+        trials=trials, seed=seed, rtol=1e-7, atol=1e-9, forbidden=JACOBIAN_FORBIDDEN,
         mistakes=[
             Mistake("forward", "this is the forward difference (f(x+eps) - f(x)) / eps, accurate only to O(eps); "
                     "use the central difference (f(x+eps) - f(x-eps)) / (2 eps).",

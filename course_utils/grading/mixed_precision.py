@@ -6,6 +6,7 @@ measured bytes) and names the likely mistake. Reference answers are private.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch
 
 from ..classroom.checking import Mistake, call_learner, check_function
 from ..classroom.forbidden import ByHand
+from ..classroom.released import comparable_grads, drive_loss_scaler, scaler_trace
 from ..errors import CheckFailed
 from ..mixed_precision import DTYPES
 from ..mixed_precision_memory import measure_recipe_memory
@@ -41,37 +43,28 @@ def _scripted_gradients(rng: np.random.Generator, steps: int) -> list[list[torch
     return out
 
 
-def _drive_scaler(make_scaler, script, *, reference: bool):
-    """Feed ``script`` through a scaler; return (scales after each update, skipped flags, unscaled grads)."""
+def _drive_grad_scaler(hyper, script):
+    """torch.amp.GradScaler('cpu', **hyper) fed ``script`` like :func:`~course_utils.classroom.released.drive_loss_scaler`
+    feeds the learner's class: the same trace (scales, skipped flags, unscaled gradients)."""
     scales, skipped, unscaled = [], [], []
-    if reference:
-        scaler, params = make_scaler(), [torch.zeros(3, 4, requires_grad=True), torch.zeros(5, requires_grad=True)]
-        opt = torch.optim.SGD(params, lr=1.0)
-    else:
-        scaler = make_scaler()
+    scaler = torch.amp.GradScaler("cpu", **hyper)
+    params = [torch.zeros(3, 4, requires_grad=True), torch.zeros(5, requires_grad=True)]
+    opt = torch.optim.SGD(params, lr=1.0)
     for grads in script:
-        current = float(scaler.get_scale()) if reference else float(scaler.scale)
-        scaled = [g * current for g in grads]  # what backward of S * L produces
-        if reference:
-            scaler.scale(torch.ones(()))  # GradScaler creates its scale tensor lazily, on the first scale()
-            for p, g in zip(params, scaled):
-                p.grad = g.clone()
-            scaler.unscale_(opt)
-            got = [p.grad.clone() for p in params]
-            before = [p.detach().clone() for p in params]
-            scaler.step(opt)
-            skip = all(torch.equal(b, p.detach()) for b, p in zip(before, params))
-            scaler.update()
-            scales.append(float(scaler.get_scale()))
-        else:
-            got = [g.clone() for g in scaled]
-            skip = bool(scaler.unscale_(got))
-            scaler.update(skip)
-            scales.append(float(scaler.scale))
+        current = float(scaler.get_scale())
+        scaler.scale(torch.ones(()))  # GradScaler creates its scale tensor lazily, on the first scale()
+        for p, g in zip(params, grads):
+            p.grad = g * current  # what backward of S * L produces
+        scaler.unscale_(opt)
+        got = [p.grad.clone() for p in params]
+        before = [p.detach().clone() for p in params]
+        scaler.step(opt)
+        skip = all(torch.equal(b, p.detach()) for b, p in zip(before, params))
+        scaler.update()
+        scales.append(float(scaler.get_scale()))
         skipped.append(skip)
-        flat = torch.zeros(17) if skip else torch.cat([g.reshape(-1) for g in got])  # (17,)
-        unscaled.append(torch.nan_to_num(flat, nan=-7.0, posinf=7e30, neginf=-7e30))  # comparable even when wrong
-    return torch.tensor(scales, dtype=torch.float64), torch.tensor(skipped), torch.stack(unscaled)  # (T,), (T,), (T, 17)
+        unscaled.append(comparable_grads(got, skip))
+    return scaler_trace(scales, skipped, unscaled)  # (T,), (T,), (T, 17)
 
 
 class _BuggyScaler:
@@ -140,17 +133,12 @@ def check_dynamic_loss_scaler(fn: Callable, *, trials: int = 3, seed: int | None
                      backoff_factor=(0.5, 0.25)[(k // 2) % 2], growth_interval=int(rng.integers(2, 5)))
         return {"hyper": hyper, "script": _scripted_gradients(rng, steps)}
 
-    def learner(hyper, script):
-        return _drive_scaler(lambda: fn(**hyper), script, reference=False)
-
-    def reference(hyper, script):
-        return _drive_scaler(lambda: torch.amp.GradScaler("cpu", **hyper), script, reference=True)
-
     def buggy(bug):
-        return lambda hyper, script: _drive_scaler(lambda: _BuggyScaler(bug, **hyper), script, reference=False)
+        return lambda hyper, script: drive_loss_scaler(functools.partial(_BuggyScaler, bug), hyper, script)
 
-    check_function(learner, reference, make_inputs, name="ListLossScaler", trials=trials, seed=seed,
-                   rtol=1e-6, atol=1e-12, mistakes=[Mistake(b, hint, buggy(b)) for b, hint in _SCALER_MISTAKES],
+    # drive_loss_scaler builds the learner's class and feeds it the script (released with the course's self-checks)
+    check_function(functools.partial(drive_loss_scaler, fn), _drive_grad_scaler, make_inputs, name="ListLossScaler",
+                   trials=trials, seed=seed, rtol=1e-6, atol=1e-12, mistakes=[Mistake(b, hint, buggy(b)) for b, hint in _SCALER_MISTAKES],
                    by_hand=ByHand(**BY_HAND_SCALER), quiet=quiet)
 
 

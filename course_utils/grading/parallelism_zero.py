@@ -9,21 +9,20 @@ signatures:
 
 * :class:`GlooComm` is the real thing, for a gloo process group (the notebook runs the learner's function on
   ``course_utils.parallelism.Cluster`` processes and compares with ``torch.optim.Adam`` in one process);
-* the check uses :class:`_SimulatedPeers`, which plays the other ranks from data the check drew, so that it runs
+* the check uses :class:`SimulatedPeers`, which plays the other ranks from data the check drew, so that it runs
   in the grader's process and calls the learner's function once per trial. The other ranks' gradients and
   updated shards are reachable only through the two collectives, so a right answer must call them.
 """
 from __future__ import annotations
 
 import math
-import sys
 from typing import Callable
 
-import numpy as np
 import torch
 
 from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, check_function
+from ..classroom.released import SimulatedPeers
 
 _LESSON = ("course_utils.parallelism",)  # lesson modules refused by hand (course_utils.parallelism_* too)
 BY_HAND_ZERO2_ADAM_STEP = {"modules": _LESSON,
@@ -32,48 +31,6 @@ BY_HAND_ZERO2_ADAM_STEP = {"modules": _LESSON,
                     "aten.clone", "aten.narrow", "aten.addcdiv", "aten.addcmul", "aten.lerp"),
     "whole_result_ops": ("aten._fused_adam_", "aten._foreach_add_", "aten._foreach_addcdiv_", "aten._foreach_lerp_"),
 }
-
-
-class GlooComm:
-    """The collectives of the current torch.distributed process group, in the shape the exercise expects."""
-
-    def __init__(self):
-        import torch.distributed as dist
-
-        self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.reduce_scatter = dist.reduce_scatter_tensor       # (output (S,), input (world*S,)), summed
-        self.all_gather = dist.all_gather_into_tensor           # (output (world*S,), input (S,))
-
-
-class _SimulatedPeers:
-    """Rank ``rank`` of ``world``: the other ranks' padded gradients and their updated shards are held here."""
-
-    def __init__(self, rank, world, padded_grads, new_shards):
-        self.rank, self.world = rank, world
-        self._grads, self._shards = padded_grads, new_shards   # (world, world*S), (world, S)
-
-    def reduce_scatter(self, output, input):
-        size = self._shards.shape[1]
-        if tuple(input.shape) != (self.world * size,) or tuple(output.shape) != (size,):
-            raise ValueError(f"reduce_scatter takes output of shape ({size},) and input of shape ({self.world * size},) "
-                             f"(the gradient zero-padded to a multiple of world), got {tuple(output.shape)} and "
-                             f"{tuple(input.shape)}")
-        others = [self._grads[r] for r in range(self.world) if r != self.rank]
-        total = input.detach().clone()
-        for g in others:
-            total = total + g.to(input.dtype)
-        output.copy_(total[self.rank * size:(self.rank + 1) * size])
-
-    def all_gather(self, output, input):
-        size = self._shards.shape[1]
-        if tuple(input.shape) != (size,) or tuple(output.shape) != (self.world * size,):
-            raise ValueError(f"all_gather takes output of shape ({self.world * size},) and input of shape ({size},) "
-                             f"(this rank's updated shard), got {tuple(output.shape)} and {tuple(input.shape)}")
-        pieces = [input.detach() if r == self.rank else self._shards[r].to(input.dtype) for r in range(self.world)]
-        output.copy_(torch.cat(pieces))
-
-    def __repr__(self):
-        return f"comm(rank={self.rank}, world={self.world})"
 
 
 def _adam(param, grad, m, v, step, lr, betas, eps, *, correct=True, eps_inside=False, step_shift=0):
@@ -131,8 +88,8 @@ def _zero2_inputs(rng):
     _, new_m, new_v = _zero2(param, grads, m, v, step, lr, betas, eps)
     new_p_padded, _, _ = _zero2(torch.nn.functional.pad(param, (0, world * size - n)),
                                 torch.nn.functional.pad(grads, (0, world * size - n)), m, v, step, lr, betas, eps)
-    comm = _SimulatedPeers(rank, world, torch.nn.functional.pad(grads, (0, world * size - n)),
-                           new_p_padded.reshape(world, size))
+    comm = SimulatedPeers(rank, world, torch.nn.functional.pad(grads, (0, world * size - n)),
+                          new_p_padded.reshape(world, size))
     comm._m_all, comm._v_all = m, v
     return param, grads[rank].clone(), m[rank].clone(), v[rank].clone(), step, lr, betas, eps, comm
 
@@ -163,46 +120,8 @@ def check_zero2_adam_step(fn: Callable, *, trials: int = 6, seed: int | None = N
     )
 
 
-def run_zero2_on_gloo(fn: Callable, *, world: int = 2, n: int = 1001, steps: int = 3) -> float:
-    """Run the learner's ``fn`` on ``world`` real gloo processes for ``steps`` steps of a quadratic loss and return
-    the largest difference from ``torch.optim.Adam`` run in this process on the averaged gradient (float64)."""
-    from ..classroom.checking import NotAttempted, call_learner
-    from ..parallelism import Cluster, WorkerError
-
-    call_learner("zero2_adam_step", fn, _zero2_inputs(np.random.default_rng(0)))  # a stub fails here, before the launch
-    module = sys.modules.get(getattr(fn, "__module__", None) or "")
-    if module is not None and module.__name__.split(".")[0] not in ("__main__", "course_utils", "torch", "builtins"):
-        import cloudpickle
-
-        cloudpickle.register_pickle_by_value(module)  # fn travels to the workers by value (a test module, say)
-    try:
-        with Cluster(world) as cluster:
-            results = cluster.run(_gloo_job, fn, n, steps)
-    except WorkerError as exc:
-        if "NotImplementedError" in str(exc):
-            raise NotAttempted("zero2_adam_step: not attempted yet; replace `raise NotImplementedError` with your code "
-                               "and run this cell again.") from None
-        raise
-    target = torch.randn(world, n, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    param = torch.zeros(n, dtype=torch.float64, requires_grad=True)
-    opt = torch.optim.Adam([param], lr=0.05)
-    for _ in range(steps):
-        opt.zero_grad()
-        (0.5 * ((param - target) ** 2).sum(-1)).mean().backward()         # the mean over ranks of each rank's loss
-        opt.step()
-    return max((got - param.detach()).abs().max().item() for got in results)
-
-
-def _gloo_job(fn, n, steps):
-    comm = GlooComm()
-    size = math.ceil(n / comm.world)
-    target = torch.randn(comm.world, n, generator=torch.Generator().manual_seed(1), dtype=torch.float64)[comm.rank]
-    param = torch.zeros(n, dtype=torch.float64)
-    m, v = torch.zeros(size, dtype=torch.float64), torch.zeros(size, dtype=torch.float64)
-    for step in range(1, steps + 1):
-        grad = param - target                                           # this rank's loss 0.5 |param - target_r|^2
-        param, m, v = fn(param, grad, m, v, step, 0.05, (0.9, 0.999), 1e-8, comm)
-    return param
+# the ungraded demonstration on real gloo processes is released to learners as it is: see parallelism_gloo
+from .parallelism_gloo import GlooComm, run_zero2_on_gloo  # noqa: E402,F401
 
 
 __all__ = ["GlooComm", "check_zero2_adam_step", "run_zero2_on_gloo"]

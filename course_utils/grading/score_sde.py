@@ -22,6 +22,7 @@ import torch
 
 from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, check_function
+from ..classroom.released import AffineScore, MixtureDenoiser, StepNoise
 from ..score_sde import ula_step
 from ..score_sde_fokker_planck import fokker_planck_ftcs
 
@@ -41,24 +42,6 @@ BY_HAND_CHURN_STEP = {"modules": _LESSON}
 BY_HAND_EDM_STOCHASTIC_SAMPLER = {"modules": _LESSON}
 
 
-class _AffineScore:
-    """A fixed 'score network' s(x, c) = x @ W + b / c (or s(x) = x @ W + b), for checking losses and steps."""
-
-    def __init__(self, rng: np.random.Generator, dim: int, with_sigma: bool):
-        self.W = torch.tensor(rng.standard_normal((dim, dim)) * 0.5)
-        self.b = torch.tensor(rng.standard_normal(dim))
-        self.with_sigma = with_sigma
-
-    def __call__(self, x, sigma=None):
-        out = x @ self.W
-        if self.with_sigma:
-            return out + self.b / sigma.unsqueeze(-1)
-        return out + self.b
-
-    def __repr__(self):
-        return "score_fn"
-
-
 # ---------------------------------------------------------------- exercise 1: a Langevin step (warm-up)
 def _reference_langevin_step(x, score_fn, tau, noise):
     return ula_step(x, score_fn(x), tau, noise)
@@ -67,7 +50,7 @@ def _reference_langevin_step(x, score_fn, tau, noise):
 def _langevin_inputs(rng):
     B, D = int(rng.choice([1, int(rng.integers(2, 30))])), int(rng.choice([1, 2, 3]))
     tau = float(rng.choice([0.01, 0.1, round(float(rng.uniform(0.02, 0.8)), 4)]))
-    return (torch.tensor(rng.standard_normal((B, D))), _AffineScore(rng, D, False), tau,
+    return (torch.tensor(rng.standard_normal((B, D))), AffineScore(rng, D, False), tau,
             torch.tensor(rng.standard_normal((B, D))))
 
 
@@ -124,7 +107,7 @@ def _vp_dsm_inputs(rng):
     B, D = int(rng.choice([1, int(rng.integers(2, 60))])), int(rng.choice([2, 3, 5]))
     u = torch.tensor(rng.uniform(0.02, 1.0, B))
     beta_min, beta_max = float(rng.uniform(0.05, 0.5)), float(rng.uniform(5.0, 25.0))
-    return (_AffineScore(rng, D, True), torch.tensor(rng.standard_normal((B, D)) * 2), u,
+    return (AffineScore(rng, D, True), torch.tensor(rng.standard_normal((B, D)) * 2), u,
             torch.tensor(rng.standard_normal((B, D))), beta_min, beta_max)
 
 
@@ -331,47 +314,6 @@ def check_churn_step(fn: Callable, *, trials: int = 8, seed: int | None = None, 
 
 
 # ---------------------------------------------------------------- exercise 6: EDM's stochastic sampler
-class _MixtureDenoiser:
-    """The exact denoiser D(x; sigma) = E[x0 | x0 + sigma z = x] of a random isotropic Gaussian mixture.
-
-    Written in NumPy (tiny matrices: torch's intra-op threads only add contention on a loaded machine)."""
-
-    def __init__(self, rng: np.random.Generator, dim: int):
-        k = int(rng.integers(2, 6))
-        self.log_w = np.log(rng.dirichlet(np.ones(k)))                   # (K,)
-        self.means = rng.standard_normal((k, dim)) * 2.0                 # (K, D)
-        self.var = rng.uniform(0.05, 0.6, k)                             # (K,) isotropic component variances
-
-    def __call__(self, x, sigma):
-        sigma = float(sigma)
-        xn = x.detach().cpu().numpy()                                    # (B, D)
-        v = self.var + sigma**2                                          # variances of the noised components
-        sq = ((xn[:, None, :] - self.means[None]) ** 2).sum(-1)          # (B, K)
-        logits = self.log_w - 0.5 * xn.shape[1] * np.log(v) - 0.5 * sq / v
-        r = np.exp(logits - logits.max(-1, keepdims=True))
-        r /= r.sum(-1, keepdims=True)                                    # responsibilities
-        post = (self.var[None, :, None] * xn[:, None, :] + sigma**2 * self.means[None]) / v[None, :, None]
-        return torch.from_numpy((r[:, :, None] * post).sum(1)).to(x.dtype)   # sum_k r_k E[x0 | x, k]
-
-    def __repr__(self):
-        return "denoiser"
-
-
-class _StepNoise:
-    """``noise(i)``: the fixed standard normal draw of step i, shape (B, D), the same on every call."""
-
-    def __init__(self, z: torch.Tensor):
-        self.z = z                                                       # (N, B, D)
-
-    def __call__(self, i):
-        if not 0 <= int(i) < self.z.shape[0]:
-            raise IndexError(f"noise({i}): steps are numbered 0 to {self.z.shape[0] - 1}, one draw per step")
-        return self.z[int(i)].clone()
-
-    def __repr__(self):
-        return "noise"
-
-
 def _stochastic(denoiser, x, sigmas, s_churn, s_tmin, s_tmax, s_noise, noise, *, churn_after=False, heun_last=False,
                 euler=False, from_sigma=False, n_is_levels=False, **churn_kw):
     sig = [float(s) for s in sigmas]
@@ -406,8 +348,8 @@ def _sampler_inputs(rng):
     # churn on part of the ladder: sigma_0 above S_tmax, sigma_1 inside, the last levels below S_tmin
     s_tmin, s_tmax = float(rng.uniform(0.01, 0.3)), float(rng.uniform(sigmas[1].item(), 0.95 * smax))
     s_noise = float(rng.uniform(1.0, 1.01) if rng.random() < 0.5 else rng.uniform(0.8, 1.2))
-    return (_MixtureDenoiser(rng, D), torch.tensor(rng.standard_normal((B, D)) * smax), sigmas, s_churn, s_tmin, s_tmax,
-            s_noise, _StepNoise(torch.tensor(rng.standard_normal((n, B, D)))))
+    return (MixtureDenoiser(rng, D), torch.tensor(rng.standard_normal((B, D)) * smax), sigmas, s_churn, s_tmin, s_tmax,
+            s_noise, StepNoise(torch.tensor(rng.standard_normal((n, B, D)))))
 
 
 def check_edm_stochastic_sampler(fn: Callable, *, trials: int = 4, seed: int | None = None, quiet: bool = False) -> None:

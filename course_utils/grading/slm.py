@@ -8,6 +8,7 @@ search at a size where enumeration cannot finish.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import sys
@@ -15,9 +16,9 @@ import sys
 import numpy as np
 import torch
 
-from ..classroom.checking import Mistake, call_learner, check_function, fresh_seed
-from ..errors import CheckFailed
+from ..classroom.checking import Mistake, check_function
 from ..classroom.forbidden import ByHand
+from ..classroom.released import choice_total_loss
 
 
 class _Names:
@@ -379,33 +380,21 @@ def _greedy(costs, losses, budget):
     return choice
 
 
+def _greedy_loss(costs, losses, budget):
+    return float(sum(l_[j] for l_, j in zip(losses, _greedy(costs, losses, budget))))
+
+
 def check_choose_variants(fn, trials: int = 4, seed: int | None = None, *, quiet: bool = False) -> None:
-    """Ex. 6: a list with one variant index per layer, total cost <= budget, total loss minimal (40-55 layers)."""
-    seed = fresh_seed(seed)
-    for trial in range(trials):
-        costs, losses, budget = _choice_inputs(np.random.default_rng([seed, trial]))
-        where = f" (trial {trial + 1}, {len(costs)} layers, budget {budget}; reproduce with seed={seed})"
-        got = call_learner("choose_variants", fn, (costs, losses, budget), forbidden=_Names((), (), fn))
-        try:
-            got = [int(j) for j in got]
-        except Exception:
-            raise CheckFailed(f"choose_variants: return a list of integers (one variant index per layer), got {type(got).__name__}{where}.") from None
-        if len(got) != len(costs) or any(not 0 <= j < len(c) for j, c in zip(got, costs)):
-            raise CheckFailed(f"choose_variants: return one valid variant index per layer ({len(costs)} of them){where}.")
-        cost = sum(c[j] for c, j in zip(costs, got))
-        loss = sum(l_[j] for l_, j in zip(losses, got))
-        optimum, _ = _reference_choose_variants(costs, losses, budget)
-        if cost > budget:
-            raise CheckFailed(f"choose_variants: your choice costs {cost}, over the budget {budget}; "
-                              f"a layer's cost counts once, for the variant you pick{where}.")
-        if loss > optimum + 1e-9:
-            if got == _greedy(costs, losses, budget):
-                raise CheckFailed("choose_variants: a greedy choice (best loss per unit of cost saved) is not optimal: "
-                                  "keep, for every total cost, the best loss so far (a dynamic program over layers and budget).")
-            raise CheckFailed(f"choose_variants: your choice fits the budget but its total loss {loss:.4g} is above "
-                              f"the best possible {optimum:.4g}{where}.")
-    if not quiet:
-        print(f"✅ choose_variants: optimal within the budget on {trials} random problems of {N_LAYERS[0]}+ layers.")
+    """Ex. 6: a list with one variant index per layer, total cost <= budget, total loss minimal (40-55 layers).
+
+    choice_total_loss checks the choice (valid indices, within the budget) and returns its total loss, which is
+    compared with the optimum's: any optimal choice passes."""
+    check_function(
+        functools.partial(choice_total_loss, fn), lambda c, l_, b: float(_reference_choose_variants(c, l_, b)[0]),
+        _choice_inputs, name="choose_variants", trials=trials, seed=seed, rtol=0.0, atol=1e-9,
+        mistakes=[Mistake("greedy", "a greedy choice (best loss per unit of cost saved) is not optimal: keep, for every "
+                          "total cost, the best loss so far (a dynamic program over layers and budget).", _greedy_loss)],
+        forbidden=_Names((), (), fn), quiet=quiet)
 
 
 def _brute_force(costs, losses, budget):

@@ -14,6 +14,7 @@ from torch import nn
 
 from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, check_function
+from ..classroom.released import Gated, ScaledByFirst, HalvesProduct, HalfKept
 from ..training_memory import GB, GiB, TransformerShape, activation_bytes_per_layer, count_parameters, saved_tensors
 from ..training_memory_plan import zero_bytes_per_gpu
 
@@ -245,53 +246,6 @@ def _reference_saved_bytes_beyond_input(module, x) -> int:
     return log.nbytes
 
 
-class _Gated(nn.Module):
-    """tanh(fc(x)) * x: its input is saved by fc and by the product, one tensor saved twice."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.fc = nn.Linear(width, width)
-
-    def forward(self, x):  # (B, w) -> (B, w)
-        return torch.tanh(self.fc(x)) * x
-
-
-class _ScaledByFirst(nn.Module):
-    """y * y[:, :1] with y = fc(x): y and a view of it that starts at the same address are both saved."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.fc = nn.Linear(width, width)
-
-    def forward(self, x):  # (B, w) -> (B, w)
-        y = self.fc(x)
-        return y * y[:, :1]  # (B, w) * (B, 1)
-
-
-class _HalvesProduct(nn.Module):
-    """a * b with a, b = fc(x).chunk(2): two views (two tensor objects, two data pointers) of one storage."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.fc = nn.Linear(width, 2 * width)
-
-    def forward(self, x):  # (B, w) -> (B, w)
-        a, b = self.fc(x).chunk(2, dim=-1)  # two (B, w) views of one (B, 2w) storage
-        return a * b
-
-
-class _HalfKept(nn.Module):
-    """tanh(a) * b with a, b = fc(x).chunk(2): only the view b is saved, and it keeps all of fc(x) alive."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.fc = nn.Linear(width, 2 * width)
-
-    def forward(self, x):  # (B, w) -> (B, w)
-        a, b = self.fc(x).chunk(2, dim=-1)
-        return torch.tanh(a) * b
-
-
 def _probe_inputs():
     """Small random modules. The first four trials always save one tensor twice, a tensor and a view of it
     at the same address, two views at different addresses, and a view smaller than its storage; later
@@ -303,18 +257,18 @@ def _probe_inputs():
         h = int(rng.choice([16, 32, 48]))
         kind = trial[0] if trial[0] < 4 else int(rng.integers(6))
         trial[0] += 1
-        if kind == 0:  # the 3h-wide hidden activation is saved twice inside _Gated
-            module = nn.Sequential(nn.Linear(h, 3 * h), _Gated(3 * h), nn.Linear(3 * h, h))
+        if kind == 0:  # the 3h-wide hidden activation is saved twice inside Gated
+            module = nn.Sequential(nn.Linear(h, 3 * h), Gated(3 * h), nn.Linear(3 * h, h))
         elif kind == 1:
-            module = nn.Sequential(nn.Linear(h, 2 * h), _ScaledByFirst(2 * h))
+            module = nn.Sequential(nn.Linear(h, 2 * h), ScaledByFirst(2 * h))
         elif kind == 2:
-            module = nn.Sequential(nn.Linear(h, h), _HalvesProduct(h))
+            module = nn.Sequential(nn.Linear(h, h), HalvesProduct(h))
         elif kind == 3:
-            module = nn.Sequential(nn.Linear(h, h), _HalfKept(h), nn.Linear(h, h))
+            module = nn.Sequential(nn.Linear(h, h), HalfKept(h), nn.Linear(h, h))
         elif kind == 4:
             module = nn.Sequential(nn.LayerNorm(h), nn.Linear(h, 2 * h), nn.GELU(), nn.Linear(2 * h, h))
         else:
-            module = nn.Sequential(nn.Linear(h, 2 * h), _Gated(2 * h))
+            module = nn.Sequential(nn.Linear(h, 2 * h), Gated(2 * h))
         x = torch.randn(int(rng.integers(2, 9)), h, requires_grad=True)
         return dict(module=module, x=x)  # keywords: check_function passes them uncopied (keeps requires_grad)
     return make

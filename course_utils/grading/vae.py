@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ..classroom.forbidden import ByHand
 from ..classroom.checking import Mistake, call_learner, check_function, fresh_seed
+from ..classroom.released import AffineDecoder
 from ..errors import CheckFailed
 from ..vae import LOG_2PI, bernoulli_log_prob, diag_gaussian_kl, gaussian_log_prob, reparameterize
 
@@ -235,20 +236,6 @@ def check_bernoulli_log_likelihood(fn: Callable, *, trials: int = 4, seed: int |
 
 
 # ---------------------------------------------------------------- exercise 5
-class _Decoder:
-    """A fixed random affine decoder z -> logits, ``(..., k) -> (..., D)``, for the ELBO exercise."""
-
-    def __init__(self, rng: np.random.Generator, k: int, d: int):
-        self.weight = _t(rng, k, d, scale=1.5)
-        self.bias = _t(rng, d, scale=0.5)
-
-    def __call__(self, z):
-        return z @ self.weight + self.bias  # (..., k) @ (k, D) -> (..., D)
-
-    def __repr__(self) -> str:
-        return "decode"
-
-
 def _reference_negative_elbo(x, mu, logvar, decode, eps):
     z = reparameterize(mu, logvar, eps)  # (S, B, k)
     recon = bernoulli_log_prob(x, decode(z)).mean(0)  # (S, B) -> (B,)
@@ -261,7 +248,7 @@ def check_negative_elbo(fn: Callable, *, trials: int = 3, seed: int | None = Non
     def make_inputs(rng):
         b, k, d, s = int(rng.integers(3, 7)), int(rng.integers(2, 5)), int(rng.integers(6, 13)), int(rng.integers(3, 6))
         x = torch.from_numpy(rng.uniform(0, 1, (b, d)))
-        return x, _t(rng, b, k), _t(rng, b, k, scale=0.5, loc=-0.5), _Decoder(rng, k, d), _t(rng, s, b, k)
+        return x, _t(rng, b, k), _t(rng, b, k, scale=0.5, loc=-0.5), AffineDecoder(rng, k, d), _t(rng, s, b, k)
 
     def terms(x, mu, logvar, decode, eps, z=None):
         z = reparameterize(mu, logvar, eps) if z is None else z
