@@ -112,8 +112,9 @@ def _release(args) -> int:
         return 2
     banked = sum(sum(v.values()) for v in summary.values())
     total = sum(len(v) for v in summary.values())
+    rest = "" if banked == total else ", the others tell learners that the instructor's grader checks them"
     print(f"release written to {args.out}: lessons, exercises and the course package; {banked} of {total} checks "
-          "replay a recorded bank, the others tell learners that the instructor's grader checks them.")
+          f"replay a recorded bank or run as released source{rest}.")
     return 0
 
 

@@ -1,10 +1,10 @@
 """The learners' release (``python -m course_utils release OUT``): no solution, no reference, working self-checks.
 
-One release per module (a fixture) of the grading modules of problem sets 00, 03 and 12 (their notebooks are run)
-and of the checks that replay through the release's other paths: inputs holding callables of
-``course_utils.classroom.released`` (diffusion, score_sde, vae, training_memory, the simulated ranks of
-parallelism), drivers (foundations, mixed_precision, slm) and modules released as source (gemm, floating_point).
-Each set's released exercise notebook is run with the solution cells filled in from ``solutions/``: every
+One full release per module (a fixture): every check of every grading module must replay in it. The notebooks of
+problem sets 00, 03 and 12 are run on it, and the checks that replay through the release's other paths are called
+on it: inputs holding callables of ``course_utils.classroom.released`` (score_sde, vae, training_memory, the
+simulated ranks of parallelism), drivers (foundations, mixed_precision, slm) and modules released as source (gemm,
+floating_point). Each set's released exercise notebook is run with the solution cells filled in from ``solutions/``: every
 check passes the right answers; a known mistake per set is named by the released check. Exercise and check cell
 ids are read from the current solution notebooks, found by the function each exercise asks for. The other paths'
 checks are called in one process on the release, with the right answers and mistakes of tests/test_grading_*.py.
@@ -26,7 +26,6 @@ from course_utils.classroom.release import build_release, find_leaks, pickled_st
 
 pytestmark = pytest.mark.slow
 SETS = {"00_foundations": "foundations", "03_convolution": "convolution", "12_score_sde": "score_sde"}
-OTHERS = ["diffusion", "floating_point", "gemm", "mixed_precision", "parallelism", "slm", "training_memory", "vae"]
 
 RUN = r'''
 import json, sys, traceback
@@ -55,7 +54,7 @@ print("RESULT" + json.dumps(out))
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
     out = tmp_path_factory.mktemp("rel") / "release"
-    summary = build_release(out, modules=list(SETS.values()) + OTHERS, log=lambda *a: None)
+    summary = build_release(out, log=lambda *a: None)  # every grading module: a check added without a bank fails below
     return out, summary
 
 
@@ -276,7 +275,6 @@ def test_checks_with_callables_drivers_and_simulated_ranks_replay_and_name_mista
 
     tfd = importlib.import_module("test_grading_foundations")
     tmp = importlib.import_module("test_grading_mixed_precision")
-    tdm = importlib.import_module("test_grading_diffusion")
     tss = importlib.import_module("test_grading_score_sde")
     tvae = importlib.import_module("test_grading_vae")
     ttm = importlib.import_module("test_grading_training_memory")
@@ -312,9 +310,8 @@ def test_checks_with_callables_drivers_and_simulated_ranks_replay_and_name_mista
     import torch
 
     right = "matches the recorded answers"
+    # (diffusion's checks are left out here: resolving their forbidden diffusers names imports diffusers, seconds)
     cases = [  # (module, check, answer, expected status, a fragment of the message or of the printed line)
-        ("diffusion", "check_ddpm_loss", tdm.ddpm_loss_solution, "ok", right),
-        ("diffusion", "check_dpm_solver_2m", tdm.dpm_solution, "ok", right),
         ("score_sde", "check_langevin_step", tss.langevin_solution, "ok", right),
         ("score_sde", "check_langevin_step", lambda x, s, tau, z: x - tau * s(x) + math.sqrt(2 * tau) * z,
          "CheckFailed", "sign of the score"),
@@ -341,3 +338,84 @@ def test_checks_with_callables_drivers_and_simulated_ranks_replay_and_name_mista
     results = _replay_in_release(release[0], [c[:3] for c in cases], tmp_path)
     for (module, check, _, status, fragment), (got, message, printed) in zip(cases, results):
         assert got == status and fragment in (message if status != "ok" else printed), (module, check, got, message, printed)
+
+
+def test_a_driver_from_the_grading_modules_gets_no_bank(monkeypatch):
+    """Only course_utils.classroom.released travels in a bank: a driver that adapts the learner's call, defined in a
+    grading module (where references live), leaves the check without one; the module's other checks still bank."""
+    import functools
+    import types
+
+    from course_utils.classroom import checking
+    from course_utils.classroom.release import _storable, record_module
+    from course_utils.classroom.released import SmoothMap, call_restoring
+    from course_utils.grading import foundations
+
+    assert record_module("foundations")["check_numerical_jacobian"] is not None  # SmoothMap + call_restoring: banked
+
+    def private_driver(fn, f, x, eps):  # adapts the call: not a guard that hands the inputs over unchanged
+        return fn(f, x + 0.5, eps)
+
+    private_driver.__module__ = "course_utils.grading.foundations"
+    reference = foundations._reference_numerical_jacobian
+
+    def check(fn, **kwargs):  # run with the grading module's globals: the release swaps its check_function
+        check_function(functools.partial(private_driver, fn), reference,  # noqa: F821
+                       lambda rng: (SmoothMap(rng, 2, 3), rng.standard_normal(2), 1e-3), name="numerical_jacobian")
+
+    check = types.FunctionType(check.__code__, foundations.__dict__, "check", None, check.__closure__)
+    monkeypatch.setattr(foundations, "check_numerical_jacobian", check)
+    banks = record_module("foundations")
+    assert banks["check_numerical_jacobian"] is None and banks["check_c_strides"] is not None
+    monkeypatch.undo()
+    # a pickle that names the classroom outside released.py (a Mistake, a check's helper) is refused
+    assert _storable({"f": call_restoring}) is not None
+    assert _storable({"f": checking.check_function}) is None
+
+
+def test_a_module_released_as_source_may_hold_no_reference(tmp_path):
+    from course_utils.classroom.release import ReleaseError, reference_names, shipped_modules
+
+    grading = tmp_path / "course_utils" / "grading"
+    grading.mkdir(parents=True)
+    (grading / "kernels.py").write_text('RELEASED_AS_SOURCE = "compares with torch"\n\ndef _emulated_mistake():\n    pass\n')
+    (grading / "topic.py").write_text("def _reference_answer():\n    pass\n\ndef _emulated_mistake():\n    pass\n")
+    assert shipped_modules(tmp_path) == {"kernels"}
+    assert reference_names(tmp_path) == {"_reference_answer"}  # a name the shipped module defines is not a leak
+    (grading / "kernels.py").write_text('RELEASED_AS_SOURCE = "x"\nfrom .topic import _reference_answer\n')
+    with pytest.raises(ReleaseError, match="imports topic"):
+        shipped_modules(tmp_path)
+    (grading / "kernels.py").write_text('RELEASED_AS_SOURCE = "x"\n\ndef _reference_answer():\n    pass\n')
+    with pytest.raises(ReleaseError, match="defines a reference"):
+        shipped_modules(tmp_path)
+
+
+def test_a_drivers_watch_goes_with_each_call_of_a_remote_learner():
+    """In the grader the learner's function is a remote proxy: a driver around it (functools.partial(driver, fn)) gets
+    the check's watch sent along with each call of the proxy, into the learner's kernel."""
+    import functools
+
+    import numpy as np
+
+    from course_utils.classroom.checking import call_learner
+    from course_utils.classroom.released import call_restoring
+    from course_utils.errors import ForbiddenCall
+
+    class Remote:
+        specs = []
+
+        def __course_remote_call__(self, args, kwargs, spec):
+            self.specs.append(spec)
+            return np.ones((1, 1)), ("torch.autograd.functional.jacobian" if len(self.specs) > 1 else None)
+
+        def __call__(self, *args, **kwargs):
+            raise AssertionError("called locally, unwatched")
+
+    remote = Remote()
+    args = (np.sin, np.zeros(1), 1e-3)
+    got = call_learner("numerical_jacobian", functools.partial(call_restoring, remote), args,
+                       forbidden=("torch.autograd.functional.jacobian",))
+    assert got.shape == (1, 1) and remote.specs and remote.specs[0]
+    with pytest.raises(ForbiddenCall, match="jacobian"):
+        call_learner("numerical_jacobian", functools.partial(call_restoring, remote), args,
+                     forbidden=("torch.autograd.functional.jacobian",))

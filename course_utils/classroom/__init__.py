@@ -10,6 +10,8 @@ Never imported by a lesson or a topic module (the tests check it); the lesson-fa
 * :mod:`~course_utils.classroom.grader`, :mod:`~course_utils.classroom.pristine`, :mod:`~course_utils.classroom.remote`
   -- grading one notebook: pristine checks in the grading process, the learner's code remote in its kernel
 * :mod:`~course_utils.classroom.gradebook` -- grading a class folder into a gradebook
+* :mod:`~course_utils.classroom.release`, :mod:`~course_utils.classroom.bank` -- the learners' release and its
+  banked self-checks; :mod:`~course_utils.classroom.released` -- the checks' callable inputs and drivers, which ship
 
 Importing this package imports none of its modules (the learner's kernel imports only ``remote``).
 """

@@ -4,7 +4,8 @@ The bank of one check holds fixed inputs, the reference's outputs on them and th
 mistakes, all recorded from the course's references when the release was made. :func:`replay` calls the
 learner's function on those inputs with the same comparison, by-hand watch (``by_hand=``, its size limits
 evaluated on each fixed input) and messages as :func:`~course_utils.classroom.checking.check_function`,
-without any reference code.
+without any reference code. A bank recorded with a driver (:mod:`course_utils.classroom.released`) calls the
+learner's function through it, as the grader's check does.
 """
 from __future__ import annotations
 

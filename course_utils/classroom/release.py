@@ -9,9 +9,14 @@ check calls the learner's function on those inputs, compares at the check's tole
 mistake whose recorded output the learner's matches. The instructor's grader keeps fresh inputs and the
 real references. No ``solutions/``, no tests, no benchmark scripts are copied.
 
-A check that does not go through ``check_function`` directly (a wrapper that adapts the learner's call, a
-distributed run), or whose inputs cannot be stored as data, is released as a check that says so and
-passes nothing: the learner is told that this exercise is checked only by the instructor's grader.
+Inputs that hold callables are objects of :mod:`course_utils.classroom.released` (shipped: inputs and harnesses,
+no answer), which the bank stores as data; a check that adapts the learner's call passes
+``functools.partial(driver, fn)`` with a driver of that module, recorded by name and run around the learner's
+function by the released check. A grading module that holds no reference and says so (``RELEASED_AS_SOURCE``,
+:func:`shipped_modules`) is copied as it is, and its checks run on fresh inputs. A check that fits none of these
+(its inputs hold an object of a grading module, or it adapts the learner's call without a released driver) is
+released as a check that says so and passes nothing: the learner is told that this exercise is checked only by
+the instructor's grader. CONTRIBUTING.md ("Checks in the learners' release") has the rules for grading modules.
 Self-study from the repository (``solutions/``, ``exercises/`` and the real ``course_utils.grading``)
 stays as it is.
 """
