@@ -60,6 +60,7 @@ LONGEST_FIRST = [
     "tests/test_portable.py",           # the Triton lessons without Triton
     "tests/test_parallelism.py",        # a four-process torchrun cluster
     "tests/test_nbgrader.py",
+    "tests/test_release.py",            # a full release, recorded from every check, and three notebooks run on it
     "notebooks/12_score_sde.ipynb",
     "notebooks/11_ddpm_ddim.ipynb",
     "notebooks/07b_small_language_models.ipynb",
