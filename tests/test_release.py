@@ -385,9 +385,10 @@ def test_a_module_released_as_source_may_hold_no_reference(tmp_path):
     (grading / "kernels.py").write_text('RELEASED_AS_SOURCE = "x"\nfrom .topic import _reference_answer\n')
     with pytest.raises(ReleaseError, match="imports topic"):
         shipped_modules(tmp_path)
-    (grading / "kernels.py").write_text('RELEASED_AS_SOURCE = "x"\n\ndef _reference_answer():\n    pass\n')
-    with pytest.raises(ReleaseError, match="defines a reference"):
-        shipped_modules(tmp_path)
+    for reference in ("_reference_answer", "_kahan_reference", "_ref_rne"):
+        (grading / "kernels.py").write_text(f'RELEASED_AS_SOURCE = "x"\n\ndef {reference}(x):\n    return x\n')
+        with pytest.raises(ReleaseError, match="defines a reference"):
+            shipped_modules(tmp_path)
 
 
 def test_a_drivers_watch_goes_with_each_call_of_a_remote_learner():

@@ -239,13 +239,14 @@ _SHIPPED = re.compile(r"^RELEASED_AS_SOURCE\s*=", flags=re.M)
 
 def shipped_modules(root: Path = ROOT) -> set[str]:
     """Grading modules released as they are: those that define ``RELEASED_AS_SOURCE = "<why no reference is in
-    it>"``. Such a module may define no ``_reference*`` function and import no other grading module unless that one is
-    released as source too; its checks run in the release as they run for the grader, on fresh inputs."""
+    it>"``. Such a module may define no function named like a reference (``*reference*``, ``_ref_*``) and import no
+    other grading module unless that one is released as source too; its checks run in the release as they run for
+    the grader, on fresh inputs."""
     folder = root / "course_utils" / "grading"
     shipped = {p.stem for p in folder.glob("*.py") if _SHIPPED.search(p.read_text())}
     for name in sorted(shipped):
         text = (folder / f"{name}.py").read_text()
-        if re.search(r"^\s*def _reference", text, flags=re.M):
+        if re.search(r"^\s*def (\w*reference\w*|_ref_\w*)\s*\(", text, flags=re.M):  # named like a reference
             raise ReleaseError(f"course_utils/grading/{name}.py is marked RELEASED_AS_SOURCE but defines a reference; "
                                f"move the reference to another grading module or drop the mark.")
         imported = set(re.findall(r"^\s*from \.(\w+) import", text, flags=re.M))
