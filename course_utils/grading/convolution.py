@@ -279,7 +279,7 @@ def check_conv1x1(fn: Callable, *, trials: int = 4, seed: int | None = None, qui
 
 # ---------------------------------------------------------------- exercise 7: the column matrix's size
 def _column_bytes(x_shape, w_shape, stride, padding, itemsize):
-    """Bytes of the im2col matrix ``(C_in*KH*KW, N*OH*OW)`` (lesson eq. 7)."""
+    """Bytes of the im2col matrix ``(C_in*KH*KW, N*OH*OW)`` (lesson eq. 5)."""
     n, c_in, h, w = x_shape
     _, _, kh, kw = w_shape
     return c_in * kh * kw * n * conv_output_size(h, kh, stride, padding) * conv_output_size(w, kw, stride, padding) * itemsize

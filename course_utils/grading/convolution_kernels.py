@@ -1,7 +1,7 @@
 """Grading for topic 03's exercise 8 (``solutions/03_convolution.ipynb``): Goto's micro-kernel, one register tile.
 
 Re-exported by :mod:`course_utils.grading.convolution`. The learner writes, in PyTorch, the update the lesson's
-compiled ``micro_kernel_by_hand`` makes (lesson 03, section 6, eq. 9): ``C[i0:i0+mr, j0:j0+nr] += a_panel.T @
+compiled ``micro_kernel_by_hand`` makes (lesson 03, section 6, eq. 8): ``C[i0:i0+mr, j0:j0+nr] += a_panel.T @
 b_panel`` as ``kc`` rank-1 updates of an ``mr x nr`` accumulator, written back only where the tile overlaps C.
 The check works on torch tensors so that it can see a shortcut: every matrix product (``@``, ``torch.matmul``,
 ``mm``, ``einsum``, ``tensordot``, ``linear``...) and the way out to NumPy's ``@`` (``Tensor.numpy``,
