@@ -4,9 +4,10 @@ and its reference (private, so that no answer can be imported under its exercise
 Every check draws fresh inputs on each run (``seed=None``; a failure names the seed that reproduces it),
 includes edge sizes (an output of size 1 or 2, strides that divide the padded input exactly and not),
 and forbids the shortcuts that would skip the exercise: the production op (``F.conv2d`` and friends),
-autograd for the backward exercises, and the course's own functions for the piece being written. Exercises 4 and 5 live in
-:mod:`course_utils.grading.convolution_backward`, exercise 8 in ``convolution_kernels`` (both re-exported here);
-shared pieces in ``convolution_common``.
+autograd for the backward exercises, and the course's own functions for the piece being written. Exercises 4, 5 and 10
+live in :mod:`course_utils.grading.convolution_backward`, exercises 8 and 9 in ``convolution_kernels`` (all re-exported
+here); shared pieces in ``convolution_common``. Exercises 9 and 10 ask for what lesson 03 did not write (a model of
+what a register tile reaches, and an implicit-GEMM weight gradient of a dilated, grouped convolution).
 """
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ from ..classroom.checking import Mistake, call_learner, check_function
 from ..classroom.forbidden import ByHand
 from ..errors import CheckFailed
 from ..convolution import conv_output_size, im2col
-from .convolution_backward import check_conv2d_grad_input, check_conv2d_grad_weight
+from .convolution_backward import check_conv2d_grad_input, check_conv2d_grad_weight, check_conv2d_grad_weight_implicit
 from .convolution_common import CONV_OPS, COURSE_CONVS, UNFOLD_OPS, _edge_size, _flip, _size_for, _torch_conv
-from .convolution_kernels import check_micro_kernel_update
+from .convolution_kernels import check_micro_kernel_efficiency, check_micro_kernel_update
 
 __all__ = [
     "check_conv_output_shape",
@@ -33,6 +34,8 @@ __all__ = [
     "check_conv1x1",
     "check_column_matrix_mib",
     "check_micro_kernel_update",
+    "check_micro_kernel_efficiency",
+    "check_conv2d_grad_weight_implicit",
 ]
 
 _HERE = "course_utils.grading.convolution."
