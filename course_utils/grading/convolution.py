@@ -42,6 +42,14 @@ _HERE = "course_utils.grading.convolution."
 # Exercise 3: the prompt lets the learner build the column matrix with the lesson's im2col; the grouping is the exercise.
 ALLOW_IM2COL = ByHand(allow=("course_utils.convolution.im2col", "course_utils.convolution.im2col_view",
                              "course_utils.convolution.conv_output_size"))
+# Structural demands of the prompts, measured (issue 23): Python-level loop iterations in the learner's own code.
+# Exercise 2: no loop over pixels (a loop over the <= 9 taps times the channels stays under the cap; trial 2 has
+# hundreds of output pixels). Exercise 3: one batched product (trial 1 has 4 groups). Exercise 6: no loop at all.
+NO_PIXEL_LOOP_IM2COL = ByHand(max_loop_iterations=100, loops="Python loop over pixels (take every window at once "
+                              "with one strided view)")
+ONE_BATCHED_PRODUCT = ByHand(allow=ALLOW_IM2COL.allow, max_loop_iterations=3, loops="Python loop over groups (one "
+                             "batched np.matmul on (groups, ...) arrays computes them all)")
+ONE_MATMUL = ByHand(max_loop_iterations=0, loops="Python loop (one matrix product does the whole 1x1 convolution)")
 
 
 # ---------------------------------------------------------------- exercise 1: output shape
@@ -124,6 +132,9 @@ def check_im2col_nhwc(fn: Callable, *, trials: int = 4, seed: int | None = None,
         if t == 0:  # stride 2 and padding >= 1, so that every named mistake differs from the answer
             stride, padding = 2, int(rng.integers(1, 3))
             h, w = int(rng.integers(6, 10)), int(rng.integers(6, 10))
+        elif t == 2:  # hundreds of output pixels: a loop over them exceeds the loop cap
+            stride, padding = 1, int(rng.integers(0, 2))
+            h, w = int(rng.integers(24, 32)), int(rng.integers(24, 32))
         else:
             stride, padding = int(rng.integers(1, 4)), int(rng.integers(0, 3))
             kind = "edge" if t % 2 else "plain"
@@ -158,7 +169,7 @@ def check_im2col_nhwc(fn: Callable, *, trials: int = 4, seed: int | None = None,
     forbidden = UNFOLD_OPS + ("course_utils.convolution.im2col", "course_utils.convolution.im2col_view",
                               _HERE + "_reference_im2col_nhwc")
     check_function(fn, _reference_im2col_nhwc, make_inputs, name="im2col_nhwc", trials=trials, seed=seed,
-                   mistakes=mistakes, forbidden=forbidden, quiet=quiet)
+                   mistakes=mistakes, forbidden=forbidden, by_hand=NO_PIXEL_LOOP_IM2COL, quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 3: grouped convolution
@@ -227,7 +238,7 @@ def check_conv2d_grouped(fn: Callable, *, trials: int = 4, seed: int | None = No
     # atol: fp32 sums of up to 18 products of size ~1 in another order than torch's; outputs near 0
     # cannot meet a relative tolerance. Every mistake above changes outputs by O(1).
     check_function(fn, _reference_conv2d_grouped, make_inputs, name="conv2d_grouped", trials=trials,
-                   seed=seed, atol=1e-4, mistakes=mistakes, forbidden=forbidden, by_hand=ALLOW_IM2COL, quiet=quiet)
+                   seed=seed, atol=1e-4, mistakes=mistakes, forbidden=forbidden, by_hand=ONE_BATCHED_PRODUCT, quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 6: 1x1 convolution
@@ -252,7 +263,7 @@ def check_conv1x1(fn: Callable, *, trials: int = 4, seed: int | None = None, qui
         return x, w
 
     def contiguous_result(x, w):
-        got = call_learner("conv1x1", fn, (x, w), forbidden=forbidden)
+        got = call_learner("conv1x1", fn, (x, w), forbidden=forbidden, by_hand=ONE_MATMUL)
         if isinstance(got, torch.Tensor) and got.ndim == 4 and not got.is_contiguous():
             raise CheckFailed("conv1x1: the values may be right but the result is a permuted view, not contiguous, "
                               "as the exercise asks; end with .contiguous() (or reshape a contiguous product).")

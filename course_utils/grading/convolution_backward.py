@@ -36,15 +36,19 @@ def _autograd_grads(x, w, grad_out, stride, padding):
     return xt.grad.numpy(), wt.grad.numpy()
 
 
-def _backward_inputs(rng, trial: int, *, first_stride: int):
-    """``x, w, grad_out, stride, padding``; trial 0 has ``first_stride`` and padding >= 1, odd trials edge sizes."""
+def _backward_inputs(rng, trial: int, *, first_stride: int, large: bool = False):
+    """``x, w, grad_out, stride, padding``; trial 0 has ``first_stride`` and padding >= 1, odd trials edge sizes;
+    ``large``: stride 1 and hundreds of output pixels (a loop over them exceeds exercise 5's loop cap)."""
     n, c_in, c_out = int(rng.integers(1, 3)), int(rng.integers(2, 4)), int(rng.integers(2, 4))
     k = int(rng.choice([3, 5])) if trial < 2 else int(rng.choice([1, 2, 3]))
     stride = first_stride if trial == 0 else int(rng.integers(1, 4))
     padding = int(rng.integers(1, 3)) if trial == 0 else int(rng.integers(0, 3))
     padding = min(padding, k - 1) if k > 1 else 0
     kind = "edge" if trial % 2 else "plain"
-    h, wd = _size_for(rng, kind, k, stride, padding, lo=8, hi=12), _size_for(rng, kind, k, stride, padding, lo=8, hi=12)
+    if large:
+        stride, kind = 1, "plain"
+    lo, hi = (24, 30) if large else (8, 12)
+    h, wd = _size_for(rng, kind, k, stride, padding, lo=lo, hi=hi), _size_for(rng, kind, k, stride, padding, lo=lo, hi=hi)
     oh, ow = conv_output_size(h, k, stride, padding), conv_output_size(wd, k, stride, padding)
     x = rng.standard_normal((n, c_in, h, wd))
     w = rng.standard_normal((c_out, c_in, k, k))
@@ -106,7 +110,8 @@ def check_conv2d_grad_input(fn: Callable, *, trials: int = 4, seed: int | None =
     counter = itertools.count()
 
     def make_inputs(rng):
-        x, w, grad_out, s, p = _backward_inputs(rng, next(counter), first_stride=2)
+        trial = next(counter)
+        x, w, grad_out, s, p = _backward_inputs(rng, trial, first_stride=2, large=trial == 2)
         return grad_out, w, (x.shape[2], x.shape[3]), s, p
 
     reference = _reference_conv2d_grad_input
@@ -141,8 +146,11 @@ def check_conv2d_grad_input(fn: Callable, *, trials: int = 4, seed: int | None =
     ]
     forbidden = (CONV_OPS + UNFOLD_OPS + AUTOGRAD + COURSE_CONVS
                  + ("course_utils.convolution.col2im", _HERE + "_reference_conv2d_grad_input"))
+    # "loop over the kernel taps if you like, not over pixels": taps x channels stay under the cap, pixels do not
+    no_pixel_loop = ByHand(max_loop_iterations=200, loops="Python loop over pixels (loop over the kernel taps, if at "
+                           "all, and scatter-add whole strided slices)")
     check_function(fn, reference, make_inputs, name="conv2d_grad_input", trials=trials, seed=seed,
-                   mistakes=mistakes, forbidden=forbidden, quiet=quiet)
+                   mistakes=mistakes, forbidden=forbidden, by_hand=no_pixel_loop, quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 10: implicit-GEMM weight gradient
