@@ -13,7 +13,7 @@ torch.nn.functional.conv2d (the reference). Per layer it also times ``np.matmul`
 ``np.matmul`` at 1024^3. All of it alternates in ``--rounds`` rounds (each rung the best of ``--repeats``
 calls), so that a busy neighbour on a shared machine slows every rung of a round; ratios are per round and
 the table gives their median and range. The machine record (provenance.machine_info) adds the CPU's
-vector ISA, a measured clock, eq. (8)'s derived peak, the peak measured by a throughput loop of independent FMA
+vector ISA, a measured clock, eq. (7)'s derived peak, the peak measured by a throughput loop of independent FMA
 chains, and the caches with the VM sanity check. The Triton
 rung is left out: on a CPU it runs in the interpreter, whose time is not a speed.
 """
@@ -141,7 +141,7 @@ def run_shape(text: str, repeats: int, rounds: int, threads: int, rng) -> dict:
 
 
 def cpu_model(threads: int) -> dict:
-    """What the compiled rungs are tuned to: ISA, measured clock, eq. (8)'s peak, caches with the VM check."""
+    """What the compiled rungs are tuned to: ISA, measured clock, eq. (7)'s peak, caches with the VM check."""
     isa = mach.vector_isa()
     clock = mach.measure_clock_ghz()
     with bench.single_thread():

@@ -165,7 +165,7 @@ if triton is not None:
         KH: tl.constexpr, KW: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ):
-        # GEMM view (eq. 6): rows m = (n, oh, ow), columns = c_out, reduction k = (c_in, kh, kw).
+        # GEMM view (eq. 9): rows m = (n, oh, ow), columns = c_out, reduction k = (c_in, kh, kw).
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,) output pixels

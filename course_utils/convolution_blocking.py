@@ -5,7 +5,7 @@ equals :func:`blocked_matmul`; it sweeps block sizes with this copy) and ``bench
 
 Loop order (lesson 03, section 5): ``jc`` (``nc`` columns of B, L3) > ``pc`` (``kc``-deep slice, packs B)
 > ``ic`` (``mc`` rows of A, L2, packs A) > ``jr`` (``nr`` columns, a B micro-panel in L1) > ``ir``
-(``mr`` rows): the micro-kernel updates one ``mr x nr`` tile of C. Block sizes from cache sizes: eq. (5).
+(``mr`` rows): the micro-kernel updates one ``mr x nr`` tile of C. Block sizes from cache sizes: eq. (6).
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def cache_sizes(root: str | os.PathLike = "/sys/devices/system/cpu/cpu0/cache") 
 
 
 def goto_block_sizes(caches: dict, itemsize: int = 4, mr: int = 8, nr: int = 8) -> dict:
-    r"""Block sizes from cache sizes (eq. 5): half of each cache holds the block that lives there.
+    r"""Block sizes from cache sizes (eq. 6): half of each cache holds the block that lives there.
 
     * ``kc``: an A micro-panel (mr x kc) and a B micro-panel (kc x nr) fit in half of L1;
     * ``mc``: the packed A block (mc x kc) fits in half of L2;

@@ -10,7 +10,7 @@ Every FLOP is in this file: the packing copies (no arithmetic), the ``MR x NR`` 
 multiply-adds, and no BLAS is called. Loop order as in the lesson's table: ``jc`` (``nc`` columns of B) >
 ``pc`` (``kc``-deep slice, packs B) > ``ic`` (``mc`` rows of A, packs A) > ``jr`` (one ``kc x NR`` B
 micro-panel) > ``ir`` (one ``MR x kc`` A micro-panel): the micro-kernel keeps an ``MR x NR`` tile of C in
-vector registers. ``MR x NR`` comes from this CPU's vector registers (lesson eq. 9): 6 x 64 with AVX-512
+vector registers. ``MR x NR`` comes from this CPU's vector registers (lesson eq. 8): 6 x 64 with AVX-512
 (24 accumulators + 4 B vectors + 1 broadcast <= 32 registers); Numba bakes the module-level ``MR``/``NR`` in at
 compile time.
 """
@@ -27,8 +27,8 @@ __all__ = ["MR", "NR", "BLOCKS", "pack_a_into", "pack_b_into", "micro_kernel", "
            "conv2d_im2col_compiled", "conv2d_direct_compiled", "pack_b_from_image", "aligned_empty", "workspace"]
 
 _ISA = vector_isa()
-MR, NR = register_tile_shape(_ISA["registers"], _ISA["fp32_lanes"])   # lesson eq. (9): 6 x 64 with AVX-512
-BLOCKS = dict(mc=192, kc=256, nc=2048)      # cache blocks: lesson eq. (5) and the kc sweep of section 6
+MR, NR = register_tile_shape(_ISA["registers"], _ISA["fp32_lanes"])   # lesson eq. (8): 6 x 64 with AVX-512
+BLOCKS = dict(mc=192, kc=256, nc=2048)      # cache blocks: lesson eq. (6) and the kc sweep of section 6
 _TILE = MR * NR
 # fastmath: "contract" lets LLVM fuse a*b+c into one FMA; no "reassoc", so it cannot reorder the k-sum, which is
 # what keeps it vectorizing the j-loop of the micro-kernel (the register tile) instead of the k-loop.
@@ -57,7 +57,7 @@ def pack_b_into(b, pc, jc, kc, nc, out):
 
 @numba.njit(inline="always", **_FLAGS)
 def micro_kernel(kc, a_panel, b_panel, c, i0, j0, m_edge, n_edge):
-    """C[i0:i0+MR, j0:j0+NR] += a_panel.T @ b_panel, the MR x NR tile accumulated in registers (eq. 9)."""
+    """C[i0:i0+MR, j0:j0+NR] += a_panel.T @ b_panel, the MR x NR tile accumulated in registers (eq. 8)."""
     acc = register_tile(_TILE)                       # (MR*NR,) on the stack: the compiler keeps it in registers
     for t in range(_TILE):
         acc[t] = 0.0
@@ -187,7 +187,7 @@ def pack_b_from_image(xp, pc, jc, kc, nc, kh, kw, stride, dilation, oh, ow, out)
     """The B panel of eq. (3) gathered straight from the padded input ``xp`` (N, C_in, Hp, Wp): implicit im2col.
 
     Row ``k = pc + p`` of the column matrix is tap ``(c, u, v)``; column ``m = jc + col`` is pixel ``(n, i, j)``
-    (eqs. 4 and 6). Only this ``kc x nc`` panel ever exists, never the whole column matrix. The pixel of each
+    (eqs. 4 and 9). Only this ``kc x nc`` panel ever exists, never the whole column matrix. The pixel of each
     column is decoded once per micro-panel (integer division is slow), then reused for all ``kc`` taps.
     """
     m_total = xp.shape[0] * oh * ow
@@ -196,7 +196,7 @@ def pack_b_from_image(xp, pc, jc, kc, nc, kh, kw, stride, dilation, oh, ow, out)
     col = np.empty(NR, np.int64)
     for panel in range((nc + NR - 1) // NR):
         width = min(NR, nc - panel * NR, m_total - jc - panel * NR)      # columns inside the matrix
-        for j in range(width):                                           # eq. (6): m -> (n, i, j)
+        for j in range(width):                                           # eq. (9): m -> (n, i, j)
             m = jc + panel * NR + j
             img[j], row[j], col[j] = m // (oh * ow), (m // ow) % oh * stride, m % ow * stride
         for p in range(kc):

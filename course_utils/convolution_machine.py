@@ -5,9 +5,9 @@ from these), :mod:`course_utils.convolution_compiled` and ``benchmarks/conv_cpu.
 
 * :func:`vector_isa`: SIMD width, vector-register count and FMA units from ``/proc/cpuinfo`` flags;
 * :func:`measure_clock_ghz`: the clock, measured with a chain of dependent 1-cycle integer adds;
-* :func:`derived_peak_gflops`: cores x lanes x FMA units x 2 x clock (lesson eq. 8);
+* :func:`derived_peak_gflops`: cores x lanes x FMA units x 2 x clock (lesson eq. 7);
 * :func:`fma_throughput_gflops`: the peak measured: independent FMA chains in registers, timed (lesson section 6);
-* :func:`register_tile_shape`: the largest ``mr x nr`` tile that fits the vector registers (lesson eq. 9);
+* :func:`register_tile_shape`: the largest ``mr x nr`` tile that fits the vector registers (lesson eq. 8);
 * :func:`sane_caches`: the sysfs cache sizes with a plausibility check on the last level (a virtual
   machine may report its host socket's whole L3);
 * :func:`prefer_wide_vectors`, :func:`prefer_workqueue_threads` and :func:`register_tile`: three Numba details (let
@@ -88,7 +88,7 @@ def measure_clock_ghz(n: int = 5_000_000, repeats: int = 10) -> float:
 
 
 def derived_peak_gflops(cores: int, fp32_lanes: int, fma_units: int, clock_ghz: float) -> float:
-    """Eq. (8): cores x lanes x FMA units x 2 FLOPs per FMA x clock."""
+    """Eq. (7): cores x lanes x FMA units x 2 FLOPs per FMA x clock."""
     return cores * fp32_lanes * fma_units * 2 * clock_ghz
 
 
@@ -148,7 +148,7 @@ def fma_throughput_gflops(n_vectors: int, lanes: int, *, flops: float = 2e8, rep
 
 
 def register_tile_shape(registers: int, lanes: int, nr_vectors: int = 4) -> tuple[int, int]:
-    """Eq. (9): with ``nr = nr_vectors * lanes``, the largest ``mr`` with mr*nr_vectors + nr_vectors + 1 <= registers.
+    """Eq. (8): with ``nr = nr_vectors * lanes``, the largest ``mr`` with mr*nr_vectors + nr_vectors + 1 <= registers.
 
     The C tile takes ``mr * nr / lanes`` registers, one row of the B micro-panel ``nr / lanes``, and the broadcast
     element of A one more.

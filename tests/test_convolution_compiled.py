@@ -1,6 +1,6 @@
 """Tests of course_utils.convolution_machine (the CPU model) and course_utils.convolution_compiled (the compiled Goto
-GEMM and convolutions of lesson 03, sections 6 and 7): flags to ISA, the register budget of eq. (9), the peak of
-eq. (8), the VM cache sanity check, and every compiled rung against np.matmul / F.conv2d on ragged shapes."""
+GEMM and convolutions of lesson 03, sections 6 and 7): flags to ISA, the register budget of eq. (8), the peak of
+eq. (7), the VM cache sanity check, and every compiled rung against np.matmul / F.conv2d on ragged shapes."""
 from __future__ import annotations
 
 import re
@@ -94,7 +94,7 @@ def test_convolutions_match_conv2d(stride, padding, dilation):
 
 
 def test_micro_kernel_is_vectorized_on_this_cpu():
-    """The claim of eq. (9), in the assembly: on AVX-512 the k-loop's FMAs are on 512-bit registers."""
+    """The claim of eq. (8), in the assembly: on AVX-512 the k-loop's FMAs are on 512-bit registers."""
     if mach.vector_isa()["isa"] != "AVX-512":
         pytest.skip("not an AVX-512 CPU")
     import numba

@@ -4,7 +4,7 @@ that exists in the lesson it refers to, and each lesson's tags run in order.
 A tag is ``\\tag{N}`` in a markdown cell's display math, or the older ``\\qquad (N)$$`` form. A mention is
 ``eq. (N)``, ``eq. N``, ``eqs. N-M``, ``eqs. (N) and (M)``, ``eqs. N, M`` (case-insensitive). The lesson a mention
 refers to is, in this order: a ``lesson NN`` (or ``NN_slug.ipynb``) written at most 25 characters before it
-("lesson 08's eq. 5", "(lesson 03, section 6, eq. 9)", "lesson 11's bound (its eq. 13)"),
+("lesson 08's eq. 5", "(lesson 03, section 6, eq. 8)", "lesson 11's bound (its eq. 13)"),
 then the lesson of the file (a notebook's own number; for a module, the first ``notebooks/NN_...`` or
 ``Topic NN``/``lesson NN`` of its docstring). Modules that name no lesson (infrastructure) are skipped.
 """
@@ -26,11 +26,9 @@ MORE = re.compile(rf"(?:-|–|,|and|to)\s*{NUM}")
 CONTEXT = re.compile(r"(?:lesson|topic)\s+([0-9]{2}[a-c]?)|\b([0-9]{2}[a-c]?)_[a-z_]+\.ipynb", re.IGNORECASE)
 
 # Lessons whose tags are known to run out of order, with the sequence they have today: the test fails when the
-# sequence changes, so whoever renumbers a lesson removes it from here. Owners: 03 (its equation 7 is cited by
-# number from solutions/03 and grading, so renumbering waits for the problem-set rework), 05 and 06 (other
+# sequence changes, so whoever renumbers a lesson removes it from here. Owners: 05 and 06 (other
 # helpers), 11 (eq. 6 is displayed after 7-8).
 KNOWN_OUT_OF_ORDER = {
-    "03": ["1", "2", "2a", "3", "4", "7", "5", "8", "9", "6"],
     "05": ["1", "2", "3", "4", "6", "5"],
     "06": ["1", "2", "3", "5a", "4", "5", "7", "6", "8", "9", "10", "11", "12", "15", "16", "13", "14"],
     "11": ["1", "2", "3", "4", "5", "7", "8", "6", "9", "10", "11", "12", "13", "14"],

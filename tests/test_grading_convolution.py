@@ -223,7 +223,7 @@ def _grad_input(g, w, hw, s, p):
     return dxp[:, :, p:p + hw[0], p:p + hw[1]].copy()
 
 
-def _grad_input_loops(g, w, hw, s, p):  # right, written as loops over output pixels
+def _grad_input_loops(g, w, hw, s, p):  # right values, written as the loops over output pixels the prompt rules out
     n, c_out, oh, ow = g.shape
     _, c_in, kh, kw = w.shape
     dxp = np.zeros((n, c_in, hw[0] + 2 * p, hw[1] + 2 * p))
@@ -241,7 +241,8 @@ def _grad_input_torch(g, w, hw, s, p):
 def test_conv2d_grad_input_check():
     check = grading.check_conv2d_grad_input
     sweep_passes(check, _grad_input, trials=8)
-    sweep_passes(check, _grad_input_loops)
+    # "loop over the kernel taps if you like, not over pixels": the loops over pixels are refused, whatever the values
+    forbidden_call(check, _grad_input_loops, "loop over pixels")
     with pytest.raises(NotAttempted):
         check(stub)
     sweep_named(check, lambda g, w, hw, s, p: _grad_input(g, np.ascontiguousarray(w[..., ::-1, ::-1]), hw, s, p),
@@ -331,3 +332,47 @@ def test_column_matrix_mib_check():
     hard_coded(check, _mib)
     with pytest.raises(CheckFailed):  # the old exercise's single answer, 225.09765625 MiB, is no longer enough
         check(lambda *a: 3 * 49 * 32 * 112 * 112 * 4 / 2 ** 20, seed=0, quiet=True)
+
+
+# ---------------------------------------------------------------- structural demands of the prompts (issue 23)
+def _im2col_nhwc_pixel_loop(x, kh, kw, s, p):  # right values, one window per output pixel
+    xp = np.pad(x, ((0, 0), (p, p), (p, p), (0, 0)))
+    oh, ow = (xp.shape[1] - kh) // s + 1, (xp.shape[2] - kw) // s + 1
+    return np.stack([xp[n, i * s:i * s + kh, j * s:j * s + kw].reshape(-1)
+                     for n in range(x.shape[0]) for i in range(oh) for j in range(ow)])
+
+
+def _im2col_nhwc_tap_loop(x, kh, kw, s, p):  # right, a loop over the taps (allowed: not over pixels)
+    xp = np.pad(x, ((0, 0), (p, p), (p, p), (0, 0)))
+    n, c = x.shape[0], x.shape[3]
+    oh, ow = (xp.shape[1] - kh) // s + 1, (xp.shape[2] - kw) // s + 1
+    out = np.empty((n, oh, ow, kh, kw, c), dtype=x.dtype)
+    for u in range(kh):
+        for v in range(kw):
+            out[:, :, :, u, v] = xp[:, u:u + s * (oh - 1) + 1:s, v:v + s * (ow - 1) + 1:s]
+    return out.reshape(n * oh * ow, -1)
+
+
+def test_im2col_nhwc_refuses_a_loop_over_pixels():
+    check = grading.check_im2col_nhwc
+    for seed in SEEDS:
+        quiet = dict(seed=seed, quiet=True)
+        check(_im2col_nhwc_tap_loop, **quiet)
+        forbidden_call(lambda f, **k: check(f, **quiet), _im2col_nhwc_pixel_loop, "loop over pixels")
+
+
+def test_conv2d_grouped_refuses_a_loop_over_groups():
+    def per_group(x, w, s, p, g):  # right values, one product per group
+        cig, cog = x.shape[1] // g, w.shape[0] // g
+        return np.concatenate([_grouped(x[:, i * cig:(i + 1) * cig], w[i * cog:(i + 1) * cog], s, p, 1)
+                               for i in range(g)], axis=1)
+
+    forbidden_call(grading.check_conv2d_grouped, per_group, "loop over groups")
+
+
+def test_conv1x1_refuses_a_loop():
+    def per_image(x, w):  # right values, one product per image
+        return torch.stack([w @ x[i].reshape(x.shape[1], -1) for i in range(x.shape[0])]).reshape(
+            x.shape[0], -1, *x.shape[2:]).contiguous()
+
+    forbidden_call(grading.check_conv1x1, per_image, "Python loop")

@@ -128,3 +128,74 @@ def test_a_hard_coded_answer_fails_on_fresh_inputs():
     replay = iter(table)
     with pytest.raises(CheckFailed):
         check(lambda *args: next(replay), seed=1, quiet=True)
+
+
+# ---------------------------------------------------------------- exercise 9: a register tile's share of the peak
+from _grading_helpers import each_mistake_is_named, fails, forbidden, passes, pasted, rejects_recorded_answers  # noqa: E402
+from course_utils import convolution_machine as cv_machine  # noqa: E402
+from course_utils.grading import convolution_kernels as kernels  # noqa: E402
+
+efficiency = grading.check_micro_kernel_efficiency
+
+
+def _efficiency(mr, nr, lanes, fma_latency, fma_units, loads_per_cycle):
+    fmas = mr * nr / lanes
+    cycles = max(fmas / fma_units, (mr + nr / lanes) / loads_per_cycle, fma_latency)
+    return float(fmas / fma_units / cycles)
+
+
+def _efficiency_as_minimum(mr, nr, lanes, fma_latency, fma_units, loads_per_cycle):  # right, as three ratios
+    accumulators, b_vectors = mr * nr // lanes, nr // lanes
+    latency_share = accumulators / (fma_latency * fma_units)             # chains per FMA slot in flight
+    load_share = accumulators * loads_per_cycle / (fma_units * (mr + b_vectors))
+    return min(1.0, latency_share, load_share)
+
+
+def test_efficiency_right_answers_pass(capsys):
+    passes(efficiency, _efficiency, trials=12)
+    passes(efficiency, _efficiency_as_minimum, trials=12)
+    assert capsys.readouterr().out.count("✅") == 4
+    with pytest.raises(NotAttempted):
+        efficiency(stub)
+
+
+def test_efficiency_agrees_with_the_lesson():  # section 6: 6 x 64 reaches the peak, 1 x 64 half of it on two units
+    assert kernels._reference_micro_kernel_efficiency(6, 64, 16, 4, 2, 2) == 1.0
+    assert kernels._reference_micro_kernel_efficiency(1, 64, 16, 4, 2, 2) == 0.5
+
+
+def test_efficiency_mistakes_are_named(monkeypatch):
+    each_mistake_is_named(kernels, efficiency, _efficiency, monkeypatch, trials=6)
+    written = {  # the same mistakes as a learner would write them
+        "dependent chain": lambda mr, nr, L, lat, u, p: min(1.0, (mr * nr / L) * p / (u * (mr + nr / L))),
+        "loads bound it": lambda mr, nr, L, lat, u, p: min(1.0, mr * nr / L / (lat * u)),
+        "not nr scalars": lambda mr, nr, L, lat, u, p: (mr * nr / L / u) / max(mr * nr / L / u, (mr + nr) / p, lat),
+        "broadcast load": lambda mr, nr, L, lat, u, p: (mr * nr / L / u) / max(mr * nr / L / u, nr / L / p, lat),
+        "fma_units vector FMAs": lambda mr, nr, L, lat, u, p: _efficiency(mr, nr, L, lat, 1, p),
+        "percentage": lambda *a: 100 * _efficiency(*a),
+    }
+    for fragment, fn in written.items():
+        fails(efficiency, fn, fragment, trials=6)
+
+
+def test_efficiency_refuses_the_course_and_takes_pasted_code():
+    forbidden(efficiency, kernels._reference_micro_kernel_efficiency, "_reference_micro_kernel_efficiency")
+    forbidden(efficiency, lambda mr, nr, L, lat, u, p: _efficiency(mr, nr, L, lat, u, p) + 0 * cv_machine.register_tile_shape(
+        32, L)[0], "course_utils.convolution_machine.register_tile_shape")
+    passes(efficiency, pasted(kernels)._reference_micro_kernel_efficiency)   # pasted source is the learner's own
+
+
+def test_efficiency_rejects_recorded_answers():
+    rejects_recorded_answers(efficiency, _efficiency)
+
+
+def test_efficiency_inputs_cover_each_bound():
+    import numpy as np
+
+    kinds = set()
+    for trial in range(6):
+        mr, nr, lanes, lat, units, loads = kernels._efficiency_inputs(np.random.default_rng([7, trial]), trial)
+        bounds = {"fma": mr * nr / lanes / units, "load": (mr + nr / lanes) / loads, "latency": lat}
+        kinds.add(max(bounds, key=bounds.get))
+        assert mr * nr // lanes + nr // lanes + 1 <= 32
+    assert {"load", "latency"} <= kinds

@@ -4,9 +4,10 @@ and its reference (private, so that no answer can be imported under its exercise
 Every check draws fresh inputs on each run (``seed=None``; a failure names the seed that reproduces it),
 includes edge sizes (an output of size 1 or 2, strides that divide the padded input exactly and not),
 and forbids the shortcuts that would skip the exercise: the production op (``F.conv2d`` and friends),
-autograd for the backward exercises, and the course's own functions for the piece being written. Exercises 4 and 5 live in
-:mod:`course_utils.grading.convolution_backward`, exercise 8 in ``convolution_kernels`` (both re-exported here);
-shared pieces in ``convolution_common``.
+autograd for the backward exercises, and the course's own functions for the piece being written. Exercises 4, 5 and 10
+live in :mod:`course_utils.grading.convolution_backward`, exercises 8 and 9 in ``convolution_kernels`` (all re-exported
+here); shared pieces in ``convolution_common``. Exercises 9 and 10 ask for what lesson 03 did not write (a model of
+what a register tile reaches, and an implicit-GEMM weight gradient of a dilated, grouped convolution).
 """
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ from ..classroom.checking import Mistake, call_learner, check_function
 from ..classroom.forbidden import ByHand
 from ..errors import CheckFailed
 from ..convolution import conv_output_size, im2col
-from .convolution_backward import check_conv2d_grad_input, check_conv2d_grad_weight
+from .convolution_backward import check_conv2d_grad_input, check_conv2d_grad_weight, check_conv2d_grad_weight_implicit
 from .convolution_common import CONV_OPS, COURSE_CONVS, UNFOLD_OPS, _edge_size, _flip, _size_for, _torch_conv
-from .convolution_kernels import check_micro_kernel_update
+from .convolution_kernels import check_micro_kernel_efficiency, check_micro_kernel_update
 
 __all__ = [
     "check_conv_output_shape",
@@ -33,12 +34,22 @@ __all__ = [
     "check_conv1x1",
     "check_column_matrix_mib",
     "check_micro_kernel_update",
+    "check_micro_kernel_efficiency",
+    "check_conv2d_grad_weight_implicit",
 ]
 
 _HERE = "course_utils.grading.convolution."
 # Exercise 3: the prompt lets the learner build the column matrix with the lesson's im2col; the grouping is the exercise.
 ALLOW_IM2COL = ByHand(allow=("course_utils.convolution.im2col", "course_utils.convolution.im2col_view",
                              "course_utils.convolution.conv_output_size"))
+# Structural demands of the prompts, measured (issue 23): Python-level loop iterations in the learner's own code.
+# Exercise 2: no loop over pixels (a loop over the <= 9 taps times the channels stays under the cap; trial 2 has
+# hundreds of output pixels). Exercise 3: one batched product (trial 1 has 4 groups). Exercise 6: no loop at all.
+NO_PIXEL_LOOP_IM2COL = ByHand(max_loop_iterations=100, loops="Python loop over pixels (take every window at once "
+                              "with one strided view)")
+ONE_BATCHED_PRODUCT = ByHand(allow=ALLOW_IM2COL.allow, max_loop_iterations=3, loops="Python loop over groups (one "
+                             "batched np.matmul on (groups, ...) arrays computes them all)")
+ONE_MATMUL = ByHand(max_loop_iterations=0, loops="Python loop (one matrix product does the whole 1x1 convolution)")
 
 
 # ---------------------------------------------------------------- exercise 1: output shape
@@ -121,6 +132,9 @@ def check_im2col_nhwc(fn: Callable, *, trials: int = 4, seed: int | None = None,
         if t == 0:  # stride 2 and padding >= 1, so that every named mistake differs from the answer
             stride, padding = 2, int(rng.integers(1, 3))
             h, w = int(rng.integers(6, 10)), int(rng.integers(6, 10))
+        elif t == 2:  # hundreds of output pixels: a loop over them exceeds the loop cap
+            stride, padding = 1, int(rng.integers(0, 2))
+            h, w = int(rng.integers(24, 32)), int(rng.integers(24, 32))
         else:
             stride, padding = int(rng.integers(1, 4)), int(rng.integers(0, 3))
             kind = "edge" if t % 2 else "plain"
@@ -155,7 +169,7 @@ def check_im2col_nhwc(fn: Callable, *, trials: int = 4, seed: int | None = None,
     forbidden = UNFOLD_OPS + ("course_utils.convolution.im2col", "course_utils.convolution.im2col_view",
                               _HERE + "_reference_im2col_nhwc")
     check_function(fn, _reference_im2col_nhwc, make_inputs, name="im2col_nhwc", trials=trials, seed=seed,
-                   mistakes=mistakes, forbidden=forbidden, quiet=quiet)
+                   mistakes=mistakes, forbidden=forbidden, by_hand=NO_PIXEL_LOOP_IM2COL, quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 3: grouped convolution
@@ -224,7 +238,7 @@ def check_conv2d_grouped(fn: Callable, *, trials: int = 4, seed: int | None = No
     # atol: fp32 sums of up to 18 products of size ~1 in another order than torch's; outputs near 0
     # cannot meet a relative tolerance. Every mistake above changes outputs by O(1).
     check_function(fn, _reference_conv2d_grouped, make_inputs, name="conv2d_grouped", trials=trials,
-                   seed=seed, atol=1e-4, mistakes=mistakes, forbidden=forbidden, by_hand=ALLOW_IM2COL, quiet=quiet)
+                   seed=seed, atol=1e-4, mistakes=mistakes, forbidden=forbidden, by_hand=ONE_BATCHED_PRODUCT, quiet=quiet)
 
 
 # ---------------------------------------------------------------- exercise 6: 1x1 convolution
@@ -249,7 +263,7 @@ def check_conv1x1(fn: Callable, *, trials: int = 4, seed: int | None = None, qui
         return x, w
 
     def contiguous_result(x, w):
-        got = call_learner("conv1x1", fn, (x, w), forbidden=forbidden)
+        got = call_learner("conv1x1", fn, (x, w), forbidden=forbidden, by_hand=ONE_MATMUL)
         if isinstance(got, torch.Tensor) and got.ndim == 4 and not got.is_contiguous():
             raise CheckFailed("conv1x1: the values may be right but the result is a permuted view, not contiguous, "
                               "as the exercise asks; end with .contiguous() (or reshape a contiguous product).")
@@ -279,7 +293,7 @@ def check_conv1x1(fn: Callable, *, trials: int = 4, seed: int | None = None, qui
 
 # ---------------------------------------------------------------- exercise 7: the column matrix's size
 def _column_bytes(x_shape, w_shape, stride, padding, itemsize):
-    """Bytes of the im2col matrix ``(C_in*KH*KW, N*OH*OW)`` (lesson eq. 7)."""
+    """Bytes of the im2col matrix ``(C_in*KH*KW, N*OH*OW)`` (lesson eq. 5)."""
     n, c_in, h, w = x_shape
     _, _, kh, kw = w_shape
     return c_in * kh * kw * n * conv_output_size(h, kh, stride, padding) * conv_output_size(w, kw, stride, padding) * itemsize
