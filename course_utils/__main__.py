@@ -131,7 +131,17 @@ def _times(args) -> int:
     return 0
 
 
+def _skip_the_iri_grammar() -> None:
+    """Keep jsonschema from building its optional IRI grammar (``rfc3987_syntax``, a Lark parser) when nbformat
+    imports it: about 2.5 s of CPU per process, paid by every grader child of ``grade-class``, for a format that
+    no notebook schema uses. jsonschema imports it under ``suppress(ImportError)``, so a ``None`` entry reads as
+    "not installed". Done here, in the command line's process, never on import of a course module."""
+    if "jsonschema" not in sys.modules:
+        sys.modules.setdefault("rfc3987_syntax", None)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _skip_the_iri_grammar()
     from .classroom.grader import DEFAULT_CELL_TIMEOUT
 
     parser = argparse.ArgumentParser(prog="python -m course_utils", description="Loops to Kernels course tools.")

@@ -51,7 +51,7 @@ def write_notebook(tmp_path):
 # (the compile matrix, the torchrun cluster) are built once. The worker that draws the longest file last decides
 # the run's length, so the files that take longest go first; the many short files and notebooks fill in behind.
 LONGEST_FIRST = [
-    "tests/test_gradebook.py",          # grade-class: 30 submissions, one grader process and kernel each
+    "tests/test_gradebook.py",          # grade-class: every kind of submission, one grader process and kernel each
     "tests/test_notebooks.py",          # every solution graded, every exercise graded
     "tests/test_grader_attacks.py",     # every problem set graded behind every trick
     "tests/test_grader.py",

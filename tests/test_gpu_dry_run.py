@@ -56,9 +56,53 @@ def test_the_simulated_tiers():
     assert bad.returncode != 0 and "use one of sm90, cuda-sm80, cuda-sm75" in bad.stderr
 
 
+# What each notebook needs (derived from the sources, so that it cannot drift):
+# * every notebook runs under the simulated sm_90;
+# * a notebook whose cells read the GPU generation (env.arch, low_precision, is_hopper, sms: bf16 or fp16, the
+#   Hopper rungs, per-arch launch configurations) also runs under the simulated T4 (sm_75); in the others the
+#   two tiers take the same branches, so a second run would repeat the first;
+# * the run stops after the notebook's last cell with a GPU branch: the cells after it take the CPU path that
+#   nbval runs, unless a library module the notebook imports reads the tier itself (gemm: detect_tier), in
+#   which case the notebook runs to its end.
+ARCH_BRANCH = re.compile(r"env\.(arch|is_hopper|sms|low_precision)\b")
+TIER_READING = re.compile(r"\b(detect_tier|simulated)\(")
+
+
+def _code_cells(path: Path) -> list[str]:
+    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+
+
+def _tier_reading_modules() -> set[str]:
+    return {p.stem for p in (ROOT / "course_utils").glob("*.py") if p.stem != "env" and TIER_READING.search(p.read_text())}
+
+
+def tiers_for(notebook: str) -> list[str]:
+    return ["sm90", "cuda-sm75"] if any(ARCH_BRANCH.search(src) for src in _code_cells(ROOT / notebook)) else ["sm90"]
+
+
+def stop_after(notebook: str) -> int | None:
+    """Index (among all cells) of the last cell the dry run executes; None for the whole notebook."""
+    cells = json.loads((ROOT / notebook).read_text())["cells"]
+    sources = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    if any(re.search(rf"\bcourse_utils(\.| import .*\b){m}\b", sources) for m in _tier_reading_modules()):
+        return None
+    return max(i for i, c in enumerate(cells) if c["cell_type"] == "code" and GPU_BRANCH.search("".join(c["source"])))
+
+
+def test_the_dry_run_plan():
+    """The plan is what the sources say: 02, 05 and 06 read the GPU generation; gemm reads the tier, so 05 runs whole."""
+    assert "gemm" in _tier_reading_modules()
+    both = {nb for nb in DRY_RUN if len(tiers_for(nb)) == 2}
+    assert {"notebooks/02_mixed_precision.ipynb", "notebooks/05_gemm_triton.ipynb", "notebooks/06_flash_attention.ipynb"} <= both
+    assert stop_after("notebooks/05_gemm_triton.ipynb") is None
+    assert stop_after("notebooks/06_flash_attention.ipynb") < len(json.loads((ROOT / "notebooks/06_flash_attention.ipynb").read_text())["cells"]) - 1
+
+
+PLAN = [(nb, tier) for nb in DRY_RUN for tier in tiers_for(nb)]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("tier", ["sm90", "cuda-sm75"])
-@pytest.mark.parametrize("notebook", DRY_RUN)
+@pytest.mark.parametrize("notebook,tier", PLAN, ids=[f"{Path(nb).stem}-{tier}" for nb, tier in PLAN])
 def test_gpu_cells_run_under_the_simulated_tier(notebook, tier, monkeypatch, tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
@@ -69,6 +113,9 @@ def test_gpu_cells_run_under_the_simulated_tier(notebook, tier, monkeypatch, tmp
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(ROOT / notebook, as_version=4)
+    last = stop_after(notebook)
+    if last is not None:
+        nb.cells = nb.cells[: last + 1]
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "notebooks")}})
     client.execute()          # raises CellExecutionError, naming the cell, on the first failure
     first = "".join(o.get("text", "") for o in nb.cells[1].outputs)
