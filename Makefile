@@ -26,13 +26,14 @@ SITE_STAMP := $(VENV)/.installed-site
 LATEST ?= .venv-latest
 LATEST_TORCH_ARGS ?=
 
-.PHONY: help install lab test test-fast test-portable test-latest lint exercises check-exercises grade grade-class times doctor site site-test clean
+.PHONY: help install lab test test-fast test-tiers test-portable test-latest lint exercises check-exercises grade grade-class times doctor site site-test clean
 
 help:
 	@echo "make lab              start JupyterLab on notebooks/ (installs into $(VENV) first if needed)"
 	@echo "make test             lint, then the whole test suite (unit tests, nbval, assignment pipeline, grader attacks)"
 	@echo "make test-fast        the test suite without the slow tests (no notebook execution)"
-	@echo "make test-portable    nbval under emulated CPUs (no SIMD, AVX2), 1 and 2 threads, and without Triton (about 10 min)"
+	@echo "make test-tiers       the GPU tiers' cells under a simulated sm_90 and T4, and the Triton lessons without Triton"
+	@echo "make test-portable    test-tiers, then nbval under emulated CPUs (no SIMD, AVX2), 1 and 2 threads, and without Triton"
 	@echo "make test-latest      the test suite against the newest releases in $(LATEST), listing drift from constraints.txt"
 	@echo "make lint             ruff on the package, tests, benchmarks, lessons and solutions"
 	@echo "make exercises        regenerate exercises/ from solutions/"
@@ -65,17 +66,22 @@ install: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
 
+# The tests marked `portable` run the course as other machines would (simulated GPU tiers, no Triton): they are
+# `make test-tiers`, which CI runs after `make test`.
 test: lint
-	$(PY) -m pytest $(PARALLEL) $(PYTEST_ARGS)
+	$(PY) -m pytest $(PARALLEL) -m "not portable" $(PYTEST_ARGS)
 
-test-portable: $(STAMP)
+test-tiers: $(STAMP)
+	$(PY) -m pytest $(PARALLEL) -m portable $(PYTEST_ARGS)
+
+test-portable: test-tiers
 	$(PY) -m course_utils.devtools.portable --no-triton
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" $(PARALLEL) $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not portable" $(PARALLEL) $(PYTEST_ARGS)
 
 exercises: $(STAMP)
 	$(PY) -m course_utils exercises

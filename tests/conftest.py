@@ -51,6 +51,7 @@ def write_notebook(tmp_path):
 # (the compile matrix, the torchrun cluster) are built once. The worker that draws the longest file last decides
 # the run's length, so the files that take longest go first; the many short files and notebooks fill in behind.
 LONGEST_FIRST = [
+    "tests/test_gpu_dry_run.py",        # (make test-tiers) the GPU tiers' cells of 8 lessons under simulated tiers
     "tests/test_gradebook.py",          # grade-class: every kind of submission, one grader process and kernel each
     "tests/test_notebooks.py",          # every solution graded, every exercise graded
     "tests/test_grader_attacks.py",     # every problem set graded behind every trick
@@ -60,6 +61,8 @@ LONGEST_FIRST = [
     "tests/test_portable.py",           # the Triton lessons without Triton
     "tests/test_parallelism.py",        # a four-process torchrun cluster
     "tests/test_nbgrader.py",
+    "tests/test_grading_gemm.py",       # Triton kernels of set 05 under the interpreter, every named mistake
+    "tests/test_grading_attention.py",  # the same for set 06
     "tests/test_release.py",            # a full release, recorded from every check, and three notebooks run on it
     "notebooks/12_score_sde.ipynb",
     "notebooks/11_ddpm_ddim.ipynb",

@@ -38,6 +38,7 @@ def test_every_notebook_with_gpu_branches_is_dry_run():
     assert found == set(DRY_RUN), f"add to DRY_RUN: {sorted(found - set(DRY_RUN))}; no GPU branch left: {sorted(set(DRY_RUN) - found)}"
 
 
+@pytest.mark.portable
 def test_the_simulated_tiers():
     import subprocess
     import sys
@@ -102,6 +103,7 @@ PLAN = [(nb, tier) for nb in DRY_RUN for tier in tiers_for(nb)]
 
 
 @pytest.mark.slow
+@pytest.mark.portable
 @pytest.mark.parametrize("notebook,tier", PLAN, ids=[f"{Path(nb).stem}-{tier}" for nb, tier in PLAN])
 def test_gpu_cells_run_under_the_simulated_tier(notebook, tier, monkeypatch, tmp_path):
     nbformat = pytest.importorskip("nbformat")

@@ -34,6 +34,7 @@ def test_configurations_emulate_older_cpus_and_other_thread_counts():
 
 
 @pytest.mark.slow
+@pytest.mark.portable
 def test_triton_lessons_run_without_an_error_when_triton_is_missing():
     done = subprocess.run([sys.executable, "-m", "course_utils.devtools.portable", "--only-no-triton", *TRITON_NOTEBOOKS],
                           capture_output=True, text=True, cwd=ROOT, timeout=1200)
@@ -42,6 +43,7 @@ def test_triton_lessons_run_without_an_error_when_triton_is_missing():
 
 
 @pytest.mark.slow
+@pytest.mark.portable
 def test_problem_set_05_without_triton_grades_the_other_exercises_and_says_why_not_the_kernels():
     import json
     import os
