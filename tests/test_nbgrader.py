@@ -34,36 +34,48 @@ def nbgrader_cli(course, *args):
     return result
 
 
-def scores_after_autograde(tmp_path, solution_path):
-    course, name = tmp_path / "course", solution_path.name
+@pytest.fixture(scope="module")
+def autograded(tmp_path_factory):
+    """One nbgrader course whose assignment holds the toy problem set and the course's set 00, released,
+    submitted by a learner who solved both and one who handed the release back untouched, and autograded:
+    {notebook: ({student: score}, max score)}. One course instead of one per notebook: each nbgrader command
+    is a process that takes seconds to start."""
+    tmp_path = tmp_path_factory.mktemp("nbgrader")
+    toy = tmp_path / "toy.ipynb"
+    nbformat.write(toy_problem_set(), toy)
+    course = tmp_path / "course"
     (course / "source" / "ps").mkdir(parents=True)
     (course / "nbgrader_config.py").write_text("c = get_config()\nc.CourseDirectory.course_id = 'loops-to-kernels'\n")
-    shutil.copy(solution_path, course / "source" / "ps" / name)
-    nbgrader_cli(course, "db", "student", "add", "solver")
-    nbgrader_cli(course, "db", "student", "add", "untouched")
+    solutions = [toy] + ([REPO_SOLUTION] if REPO_SOLUTION.exists() else [])
+    for path in solutions:
+        shutil.copy(path, course / "source" / "ps" / path.name)
+    (tmp_path / "students.csv").write_text("id\nsolver\nuntouched\n")
+    nbgrader_cli(course, "db", "student", "import", str(tmp_path / "students.csv"))
     nbgrader_cli(course, "generate_assignment", "ps", "--force")
-    release = course / "release" / "ps" / name
-    assert "BEGIN SOLUTION" not in release.read_text()
-    for student, source in (("solver", solution_path), ("untouched", release)):
-        target = course / "submitted" / student / "ps"
-        target.mkdir(parents=True)
-        shutil.copy(source, target / name)
+    for path in solutions:
+        release = course / "release" / "ps" / path.name
+        assert "BEGIN SOLUTION" not in release.read_text()
+        for student, source in (("solver", path), ("untouched", release)):
+            target = course / "submitted" / student / "ps"
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, target / path.name)
     nbgrader_cli(course, "autograde", "ps", "--force", "--ExecutePreprocessor.timeout=300")
     with nbgrader_api.Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        assignment = gb.find_assignment("ps")
-        return {s: gb.find_submission("ps", s).score for s in ("solver", "untouched")}, assignment.max_score
+        out = {}
+        for path in solutions:
+            books = {s: gb.find_submission_notebook(path.stem, "ps", s) for s in ("solver", "untouched")}
+            out[path.name] = ({s: b.score for s, b in books.items()}, books["solver"].max_score)
+        return out
 
 
-def test_toy_problem_set_round_trips_through_nbgrader(tmp_path):
-    path = tmp_path / "toy.ipynb"
-    nbformat.write(toy_problem_set(), path)
-    scores, max_score = scores_after_autograde(tmp_path, path)
+def test_toy_problem_set_round_trips_through_nbgrader(autograded):
+    scores, max_score = autograded["toy.ipynb"]
     assert max_score == 5
     assert scores == {"solver": 5, "untouched": 0}
 
 
 @pytest.mark.skipif(not REPO_SOLUTION.exists(), reason="solutions/00_foundations.ipynb not written yet")
-def test_course_solution_round_trips_through_nbgrader(tmp_path):
-    scores, max_score = scores_after_autograde(tmp_path, REPO_SOLUTION)
+def test_course_solution_round_trips_through_nbgrader(autograded):
+    scores, max_score = autograded[REPO_SOLUTION.name]
     assert max_score > 0
     assert scores == {"solver": max_score, "untouched": 0}
