@@ -71,6 +71,17 @@ LONGEST_FIRST = [
 ]
 
 
+def pytest_configure(config):
+    """One BLAS/OpenMP thread per xdist worker (set before the workers start, so that their NumPy and torch, and
+    every kernel, grader and torchrun process they start, inherit it). Two workers with two OpenMP threads each
+    oversubscribe a 2-core machine, and the idle threads spin: on test_score_sde, test_vae, test_diffusion and
+    test_slm, 47 s of CPU and 44 s of wall time with two threads per worker, 27 s and 19 s with one. Outputs that
+    nbval compares do not depend on the thread count (make test-portable runs them with 1 and 2 threads)."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, "1")
+
+
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist, move the longest files to the front (stable: everything else keeps its order).
 
