@@ -12,6 +12,7 @@ import torch
 
 from course_utils import foundations as fd
 from course_utils.grading import foundations as gf
+from course_utils.grading import foundations_views as gv
 from _grading_helpers import stub  # noqa: E402
 from _grading_helpers import SEED, Recorder, fails, forbidden, not_attempted, passes, rejects_recorded_answers  # noqa: E402
 
@@ -339,8 +340,8 @@ def test_check_image_patches_refuses_copies_and_window_functions():
     forbidden(gf.check_image_patches, lambda x, kh, kw, s: fd.sliding_windows(
         fd.sliding_windows(x, kh)[:, :, ::s].swapaxes(2, 3), kw)[:, :, :, ::s].transpose(0, 1, 3, 4, 2, 5),
         "course_utils.foundations")
-    forbidden(gf.check_image_patches, gf._reference_image_patches, "_reference_image_patches")
-    forbidden(gf.check_image_patches, lambda *a: gf._reference_image_patches(*a), "_reference_image_patches")
+    forbidden(gf.check_image_patches, gv._reference_image_patches, "_reference_image_patches")
+    forbidden(gf.check_image_patches, lambda *a: gv._reference_image_patches(*a), "_reference_image_patches")
 
 
 # ---------------------------------------------------------------- exercise 8: segment mean by broadcasting
@@ -398,12 +399,12 @@ def test_check_segment_mean_refuses_scatters_counts_and_loops():
     forbidden(S_, lambda v, i, S: segment_sums(v, i, S) / torch.from_numpy(
         np.maximum(np.bincount(i.numpy(), minlength=S), 1))[:, None], "numpy.bincount")
     forbidden(S_, lambda v, i, S: torch.stack([v[i == k].sum(0) for k in range(S)]), "Python loop")
-    forbidden(S_, gf._reference_segment_mean, "_reference_segment_mean")
+    forbidden(S_, gv._reference_segment_mean, "_reference_segment_mean")
 
 
 def test_the_new_checks_take_the_pasted_reference_as_the_learners_own():
     from _grading_helpers import pasted
-    own = pasted(gf)
+    own = pasted(gv)
     passes(gf.check_segment_mean, lambda *a: own._reference_segment_mean(*a) if False else segment_mean_ok(*a))
     forbidden(gf.check_segment_mean, own._reference_segment_mean, "index_add")  # pasted, it still scatters
 
