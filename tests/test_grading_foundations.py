@@ -400,6 +400,8 @@ def test_check_segment_mean_refuses_scatters_counts_and_loops():
         np.maximum(np.bincount(i.numpy(), minlength=S), 1))[:, None], "numpy.bincount")
     forbidden(S_, lambda v, i, S: torch.stack([v[i == k].sum(0) for k in range(S)]), "Python loop")
     forbidden(S_, gv._reference_segment_mean, "_reference_segment_mean")
+    forbidden(S_, lambda v, i, S: segment_mean_ok(v, i, S) + 0 * fd.numerical_gradient(lambda t: 0.0, np.zeros(1))[0],
+              "course_utils.foundations")
 
 
 def test_the_new_checks_take_the_pasted_reference_as_the_learners_own():

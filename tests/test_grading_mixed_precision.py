@@ -491,6 +491,9 @@ def test_check_delayed_fp8_cast_names_each_mistake():
 def test_check_delayed_fp8_cast_refuses_the_references():
     forbidden(gmp.check_delayed_fp8_cast, gmp8._reference_delayed_fp8_cast, "_reference_delayed_fp8_cast")
     forbidden(gmp.check_delayed_fp8_cast, lambda xs, h: gmp8._delayed(xs, h), "_delayed")
+    e4m3_max = lambda: mp.format_ranges(torch.float8_e4m3fn)["max"]  # noqa: E731  the lesson's table of a format
+    forbidden(gmp.check_delayed_fp8_cast, lambda xs, h: delayed_ok(xs, h) if e4m3_max() else None,
+              "course_utils.mixed_precision")
 
 
 NEW_LOOKUPS = [(gmp.check_kahan_bf16_sgd, kahan_ok), (gmp.check_delayed_fp8_cast, delayed_ok)]

@@ -125,6 +125,7 @@ BY_HAND_SEGMENT_MEAN = ByHand(
          "scatter_", "index_reduce", "index_reduce_", "bincount", "histc", "segment_reduce", "_segment_reduce",
          "embedding_bag", "_embedding_bag", "_embedding_bag_forward_only", "one_hot", "put", "put_",
          "unique_consecutive", "_unique2", "unique_dim"),
+    modules=("course_utils.foundations",),
     max_loop_iterations=0, loops="Python loop (the prompt asks for a one-hot matrix built by broadcasting)",
 )
 
