@@ -451,6 +451,7 @@ def test_check_fp8_quantize():
 
     fails(gfp.check_fp8_quantize, inverse, "inverse")
     fails(gfp.check_fp8_quantize, lambda x, a, f: (fp8_ok(x, a, f)[0], 1.0), "fp8_quantize")  # a wrong scale
+    fails(gfp.check_fp8_quantize, lambda x, a, f: (fp8_ok(x, a, f)[0], FP8[f][2] / a), "float64 quotient")
 
 
 def test_check_fp8_quantize_refuses_casts_and_the_lesson():

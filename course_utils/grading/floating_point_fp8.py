@@ -202,6 +202,9 @@ def check_fp8_quantize(fn: Callable, *, trials: int = 4, seed: int | None = None
                     "apart down to zero.", lambda x, a, f: variant(x, a, f, subnormals=False)),
             Mistake("dequantized", "you returned q / scale (the dequantized values); return the FP8 values q = "
                     "round(x * scale) themselves, and the scale next to them.", dequantized),
+            Mistake("scale_float64", "your q is right but your scale is the float64 quotient: return the scale you "
+                    "multiplied by, np.float32(fmax / amax) (it is stored in FP32 next to the FP8 tensor).",
+                    lambda x, a, f: (_reference_fp8_quantize(x, a, f)[0], _FP8[f][2] / a)),
             Mistake("inverse_scale", "your scale is amax / fmax, its inverse: scale = fmax / amax maps amax onto the "
                     "largest FP8 value.", inverse),
         ],
