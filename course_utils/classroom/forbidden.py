@@ -19,14 +19,16 @@ An exercise that says "by hand" describes what it refuses with a :class:`ByHand`
 * **Named functions** (``ByHand.names``, the older ``forbidden=`` lists): torch functions under any alias
   (a ``TorchFunctionMode``), Python functions by code object, C functions by identity, NumPy ufuncs and
   methods by name (``"numpy.rint"``, ``"numpy.ndarray.sum"``: a ufunc call is seen through NumPy's override
-  protocol on the learner's arrays, a method call through the profiler).
+  protocol on the learner's arrays, a method call through the profiler), a ufunc's methods (``"numpy.add.at"``) and
+  NumPy's C functions that the profiler does not see (``"numpy.bincount"``, replaced by a stand-in while watching).
 * **Threads.** Threads the learner's code starts run under the same watch (``threading.setprofile`` installs
   it there, torch's dispatch mode included); handing work to a pool or a queue that already existed, a raw
   ``_thread``, or another process, is refused, since the watch cannot follow it.
 * **Structure.** ``max_numel`` bounds the largest tensor the learner's code allocates (a tiled attention never
   holds an L×L score matrix, a causal mask is never materialised; views do not count, only storage);
   ``max_loop_iterations`` bounds the Python-level loop iterations in the learner's own code ("without a Python
-  loop" is ``max_loop_iterations=0``).
+  loop" is ``max_loop_iterations=0``; an iteration is a jump back in the bytecode, so a call written over several
+  lines is not one).
 
 The refusal is one line naming the call. Pasting a library's source into the answer is fine: what counts is
 which code does the work, and code the learner wrote (or pasted) is theirs.
