@@ -128,6 +128,38 @@ def test_structure_largest_tensor_and_python_loops():
     assert "Python loop" in hit(lambda v: sum([e for e in v]), no_loop, x)
     assert hit(lambda v: v * 2, no_loop, x) is None
 
+    def one_call_over_lines(v):  # the line numbers go back (the call's own line comes after its arguments'): no loop
+        return np.where(
+            v > 3,
+            v, 0.0)
+
+    assert hit(one_call_over_lines, no_loop, x) is None
+
+    def while_loop(v):
+        i = 0
+        while i < 3:
+            i += 1
+        return v * i
+
+    assert "Python loop" in hit(while_loop, no_loop, x)
+
+
+def test_numpy_c_functions_and_ufunc_methods_are_refused_by_name():
+    def counts(v):
+        return np.bincount(v.astype(np.int64))
+
+    def scattered(v):
+        out = np.zeros(10)
+        np.add.at(out, v.astype(np.int64), 1.0)
+        return out
+
+    spec = ByHand(names=("numpy.bincount", "numpy.add.at"))
+    x = np.arange(10.0)
+    assert "numpy.bincount" in hit(counts, spec, x)
+    assert "numpy.add.at" in hit(scattered, spec, x)
+    assert hit(lambda v: np.add(v, 1.0), spec, x) is None  # the ufunc itself, called, is not its .at method
+    assert type(np.bincount).__name__ == "_ArrayFunctionDispatcher"  # the stand-in is gone after the watch
+
 
 def test_the_learner_cannot_switch_the_watch_off():
     def sneaky(v):

@@ -276,3 +276,208 @@ LOOKUPS = [(gfp.check_decode, decode), (gfp.check_round_to_nearest_even, round_f
 @pytest.mark.parametrize("check, solution", LOOKUPS, ids=[c.__name__ for c, _ in LOOKUPS])
 def test_checks_reject_answers_recorded_on_other_inputs(check, solution):
     rejects_recorded_answers(check, solution)
+
+
+# ---------------------------------------------------------------- exercise 7: distance in ULPs
+from course_utils.grading import floating_point_fp8 as g8  # noqa: E402
+from _grading_helpers import pasted  # noqa: E402
+
+
+def ulp_distance_ok(a, b):
+    def position(x):
+        bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.int64)
+        magnitude = bits & 0x7FFFFFFF
+        return np.where(bits >> 31 == 1, -magnitude, magnitude)
+    return np.abs(position(a) - position(b))
+
+
+def ulp_distance_keys(a, b):  # right, written differently: the sortable-key trick, with -0 moved onto +0
+    def key(x):
+        u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.int64)
+        flipped = np.where(u >> 31 == 1, 0xFFFFFFFF - u, u | 0x80000000)  # monotonic in the value; -0 is 0x7FFFFFFF
+        return np.where(u == 0x80000000, 0x80000000, flipped)  # -0 and +0 share a key
+    ka, kb = key(a), key(b)
+    # between a negative and a positive value the two zeros are one key apart but one number
+    across = (ka < 0x80000000) != (kb < 0x80000000)
+    return np.abs(ka - kb) - across
+
+
+def test_check_ulp_distance():
+    passes(gfp.check_ulp_distance, ulp_distance_ok)
+    passes(gfp.check_ulp_distance, ulp_distance_keys)
+    not_attempted(gfp.check_ulp_distance, stub)
+
+    def bits(x):
+        return np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.int64)
+
+    def position_minus_one(x):
+        m = bits(x) & 0x7FFFFFFF
+        return np.where(bits(x) >> 31 == 1, -m - 1, m)
+
+    fails(gfp.check_ulp_distance, lambda a, b: ulp_distance_ok(a, b) * np.where(a < b, -1, 1), "negative")
+    fails(gfp.check_ulp_distance, lambda a, b: np.abs(bits(a) - bits(b)), "across zero")
+    fails(gfp.check_ulp_distance, lambda a, b: np.abs(position_minus_one(a) - position_minus_one(b)), "same number")
+    def int32(a, b):
+        def position(x):
+            m = bits(x) & 0x7FFFFFFF
+            return np.where(bits(x) >> 31 == 1, -m, m).astype(np.int32)
+        return np.abs(position(a) - position(b)).astype(np.int64)  # wraps past 2**31
+
+    fails(gfp.check_ulp_distance, int32, "int64")
+    def relative(a, b):  # |a - b| in units of the gap at a, counted in float64: wrong across binades
+        gap = np.ldexp(1.0, np.frexp(np.abs(a.astype(np.float64)))[1] - 24)
+        d = np.abs(a.astype(np.float64) - b) / np.maximum(gap, 2.0**-149)
+        return np.floor(np.minimum(d, 2.0**62) + 0.5).astype(np.int64)
+
+    fails(gfp.check_ulp_distance, relative, "only inside one binade")
+
+
+def test_check_ulp_distance_refuses_shortcuts():
+    def stepping(a, b):  # nextafter, one step at a time, vectorized: refused whatever it would cost
+        return (np.nextafter(a, b) != a).astype(np.int64)
+
+    forbidden(gfp.check_ulp_distance, stepping, "numpy.nextafter")
+    forbidden(gfp.check_ulp_distance, lambda a, b: (np.spacing(a) > 0).astype(np.int64), "numpy.spacing")
+    forbidden(gfp.check_ulp_distance, lambda a, b: (torch.from_numpy(a).view(torch.int32).long()
+                                                  - torch.from_numpy(b).view(torch.int32).long()).abs().numpy(),
+              "torch.Tensor.view")
+    forbidden(gfp.check_ulp_distance, lambda a, b: np.abs(a - b) / fpr.ulp(a, "fp32"), "course_utils.floating_point")
+    forbidden(gfp.check_ulp_distance, g8._reference_ulp_distance, "_reference_ulp_distance")
+    forbidden(gfp.check_ulp_distance, lambda a, b: g8._ordered(a) - g8._ordered(b), "_ordered")
+    passes(gfp.check_ulp_distance, lambda a, b: np.abs(pasted(g8)._ordered(a) - pasted(g8)._ordered(b)))
+
+
+# ---------------------------------------------------------------- exercise 8: FP8 with a per-tensor scale
+FP8 = {"e4m3": (4, 3, 448.0), "e5m2": (5, 2, 57344.0)}
+
+
+def fp8_ok(x, amax, fmt):
+    exp_bits, man_bits, fmax = FP8[fmt]
+    bias = 2 ** (exp_bits - 1) - 1
+    scale = np.float32(fmax / amax)
+    y = (x * scale).astype(np.float64)
+    a = np.abs(y)
+    gap = 2.0 ** (np.maximum(np.frexp(a)[1] - 1, 1 - bias) - man_bits).astype(np.float64)
+    q = a / gap
+    low = np.floor(q)
+    rest = q - low
+    up = (rest > 0.5) | ((rest == 0.5) & (low % 2 == 1))
+    return np.copysign(np.minimum((low + up) * gap, fmax), y).astype(np.float32), scale
+
+
+def fp8_bits(x, amax, fmt):  # right, written differently: integer rounding on the FP32 bit pattern
+    exp_bits, man_bits, fmax = FP8[fmt]
+    bias = 2 ** (exp_bits - 1) - 1
+    scale = np.float32(fmax / amax)
+    y = np.clip(x * scale, -fmax, fmax).astype(np.float32)
+    u = y.view(np.uint32).astype(np.int64)
+    sign, mag = u >> 31, u & 0x7FFFFFFF
+    e32 = mag >> 23
+    # bits dropped: 23 - man_bits for normals, more below the smallest normal exponent (1 - bias)
+    shift = 23 - man_bits + np.maximum(0, (1 - bias + 127) - np.maximum(e32, 1))
+    shift = np.minimum(shift, 40)
+    significand = np.where(e32 > 0, (mag & 0x7FFFFF) | 0x800000, mag & 0x7FFFFF)
+    kept, dropped = significand >> shift, significand & ((1 << shift) - 1)
+    half = 1 << (shift - 1)
+    kept = kept + ((dropped > half) | ((dropped == half) & (kept & 1 == 1)))
+    value = np.ldexp(kept.astype(np.float64), (np.maximum(e32, 1) - 127 - 23 + shift).astype(np.int64))
+    value = np.minimum(value, fmax)
+    return np.where(sign == 1, -value, value).astype(np.float32), float(scale)
+
+
+def grid(y, e, m, fmax, how="even", subnormals=True, saturate=True):
+    """A wrong (or right) FP8 rounding as a learner would write it: floor and compare, no np.round."""
+    bias = 2 ** (e - 1) - 1
+    a = np.abs(y.astype(np.float64))
+    exponent = np.frexp(a)[1] - 1
+    gap = 2.0 ** ((np.maximum(exponent, 1 - bias) if subnormals else exponent) - m).astype(np.float64)
+    q = a / gap
+    low = np.floor(q)
+    rest = q - low
+    up = {"even": (rest > 0.5) | ((rest == 0.5) & (low % 2 == 1)), "half_away": rest >= 0.5, "truncate": rest < 0}[how]
+    v = (low + up) * gap
+    if not subnormals:
+        v = np.where(v < 2.0 ** (1 - bias), 0.0, v)
+    v = np.minimum(v, fmax) if saturate else np.where(v > fmax, np.inf, v)
+    return np.copysign(v, y.astype(np.float64)).astype(np.float32)
+
+
+def test_the_fp8_reference_is_torchs_cast_and_has_ties():
+    rng = np.random.default_rng(SEED)
+    for fmt in ("e4m3", "e5m2"):
+        for _ in range(4):
+            x, amax, f = g8._fp8_inputs(rng, fmt)
+            want, scale = g8._reference_fp8_quantize(x, amax, f)
+            np.testing.assert_array_equal(fp8_ok(x, amax, f)[0], want)
+            np.testing.assert_array_equal(fp8_bits(x, amax, f)[0], want)
+    rng = np.random.default_rng(SEED)
+    ties = 0
+    for _ in range(10):  # the power-of-two trials hold exact ties: half-away rounding differs there
+        x, amax, f = g8._fp8_inputs(rng, "e5m2")
+        e, m, fmax = FP8[f]
+        ties += int((g8._grid_round(x * np.float32(fmax / amax), e, m, fmax, how="half_away") != fp8_ok(x, amax, f)[0]).sum())
+    assert ties > 50
+
+
+def test_check_fp8_quantize():
+    passes(gfp.check_fp8_quantize, fp8_ok)
+    passes(gfp.check_fp8_quantize, fp8_bits)
+    not_attempted(gfp.check_fp8_quantize, stub)
+    with_ = lambda **how: lambda x, a, f: (grid(x * np.float32(FP8[f][2] / a), FP8[f][0], FP8[f][1],  # noqa: E731
+                                                          FP8[f][2], **how), np.float32(FP8[f][2] / a))
+    fails(gfp.check_fp8_quantize, with_(saturate=False), "saturate")
+    fails(gfp.check_fp8_quantize, with_(how="truncate"), "toward zero")
+    fails(gfp.check_fp8_quantize, with_(how="half_away"), "ties to even")
+    fails(gfp.check_fp8_quantize, with_(subnormals=False), "subnormals")
+
+    def dequantized(x, a, f):
+        q, s = fp8_ok(x, a, f)
+        return q / s, s
+
+    fails(gfp.check_fp8_quantize, dequantized, "dequantized")
+
+    def ieee(x, a, f):
+        if f == "e4m3":
+            s = np.float32(240.0 / a)
+            return grid(x * s, 4, 3, 240.0), s
+        return fp8_ok(x, a, f)
+
+    fails(gfp.check_fp8_quantize, ieee, "448")
+
+    def inverse(x, a, f):
+        e, m, fmax = FP8[f]
+        s = np.float32(a / fmax)
+        return grid(x * s, e, m, fmax), s
+
+    fails(gfp.check_fp8_quantize, inverse, "inverse")
+    fails(gfp.check_fp8_quantize, lambda x, a, f: (fp8_ok(x, a, f)[0], 1.0), "fp8_quantize")  # a wrong scale
+    fails(gfp.check_fp8_quantize, lambda x, a, f: (fp8_ok(x, a, f)[0], FP8[f][2] / a), "float64 quotient")
+
+
+def test_check_fp8_quantize_refuses_casts_and_the_lesson():
+    def cast(dtype_of):
+        def fn(x, a, f):
+            fmax = FP8[f][2]
+            y = torch.from_numpy(np.clip(x * np.float32(fmax / a), -fmax, fmax))
+            return dtype_of(y, f).numpy(), np.float32(fmax / a)
+        return fn
+
+    f8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+    forbidden(gfp.check_fp8_quantize, cast(lambda y, f: y.to(f8[f]).float()), "torch.Tensor.to")
+    forbidden(gfp.check_fp8_quantize, cast(lambda y, f: y.type(f8[f]).float()), "torch.Tensor.type")
+    forbidden(gfp.check_fp8_quantize, cast(lambda y, f: torch.empty_like(y, dtype=f8[f]).copy_(y).float()), "_to_copy")
+    forbidden(gfp.check_fp8_quantize, lambda x, a, f: (np.round(x * np.float32(FP8[f][2] / a)), np.float32(FP8[f][2] / a)),
+              "numpy.round")
+    forbidden(gfp.check_fp8_quantize, lambda x, a, f: (fpr.round_to_format(x * np.float32(FP8[f][2] / a), "fp8_" + f
+              if f == "e5m2" else "fp8_e4m3", overflow="saturate"), np.float32(FP8[f][2] / a)), "course_utils.floating_point")
+    forbidden(gfp.check_fp8_quantize, g8._reference_fp8_quantize, "_reference_fp8_quantize")
+    forbidden(gfp.check_fp8_quantize, lambda x, a, f: (g8._grid_round(x * np.float32(FP8[f][2] / a), FP8[f][0], FP8[f][1],
+                                                                   FP8[f][2]), np.float32(FP8[f][2] / a)), "_grid_round")
+
+
+NEW_LOOKUPS = [(gfp.check_ulp_distance, ulp_distance_ok), (gfp.check_fp8_quantize, fp8_ok)]
+
+
+@pytest.mark.parametrize("check, solution", NEW_LOOKUPS, ids=[c.__name__ for c, _ in NEW_LOOKUPS])
+def test_new_checks_reject_answers_recorded_on_other_inputs(check, solution):
+    rejects_recorded_answers(check, solution)

@@ -12,6 +12,7 @@ import torch
 
 from course_utils import foundations as fd
 from course_utils.grading import foundations as gf
+from course_utils.grading import foundations_views as gv
 from _grading_helpers import stub  # noqa: E402
 from _grading_helpers import SEED, Recorder, fails, forbidden, not_attempted, passes, rejects_recorded_answers  # noqa: E402
 
@@ -271,3 +272,159 @@ LOOKUPS = [
 @pytest.mark.parametrize("check, solution", LOOKUPS, ids=[c.__name__ for c, _ in LOOKUPS])
 def test_checks_reject_answers_recorded_on_other_inputs(check, solution):
     rejects_recorded_answers(check, solution)
+
+
+# ---------------------------------------------------------------- exercise 7: image patches as one strided view
+def patches_ok(x, kh, kw, stride):
+    B, C, H, W = x.shape
+    Ho, Wo = (H - kh) // stride + 1, (W - kw) // stride + 1
+    sB, sC, sH, sW = x.strides
+    return np.lib.stride_tricks.as_strided(x, (B, C, Ho, Wo, kh, kw), (sB, sC, stride * sH, stride * sW, sH, sW),
+                                           writeable=False)
+
+
+def patches_two_steps(x, kh, kw, stride):  # right, written differently: row windows, then column windows of them
+    B, C, H, W = x.shape
+    Ho, Wo = (H - kh) // stride + 1, (W - kw) // stride + 1
+    sB, sC, sH, sW = x.strides
+    rows = np.lib.stride_tricks.as_strided(x, (B, C, Ho, kh, W), (sB, sC, stride * sH, sH, sW))
+    both = np.lib.stride_tricks.as_strided(rows, (B, C, Ho, kh, Wo, kw), rows.strides[:4] + (stride * sW, sW))
+    return both.transpose(0, 1, 2, 4, 3, 5)
+
+
+def patches_from_shape(x, kh, kw, stride):  # strides computed from the shape: wrong on a non-contiguous x
+    B, C, H, W = x.shape
+    Ho, Wo = (H - kh) // stride + 1, (W - kw) // stride + 1
+    i = x.itemsize
+    sB, sC, sH, sW = C * H * W * i, H * W * i, W * i, i
+    return np.lib.stride_tricks.as_strided(x, (B, C, Ho, Wo, kh, kw), (sB, sC, stride * sH, stride * sW, sH, sW))
+
+
+def test_check_image_patches():
+    passes(gf.check_image_patches, patches_ok)
+    passes(gf.check_image_patches, patches_two_steps)
+    passes(gf.check_image_patches, lambda x, kh, kw, s: patches_ok(np.ascontiguousarray(x), kh, kw, s))  # a copy of x is fine
+    not_attempted(gf.check_image_patches, stub)
+    fails(gf.check_image_patches, lambda x, kh, kw, s: patches_ok(x, kh, kw, s).transpose(0, 1, 4, 5, 2, 3), "(B, C, kh, kw, Ho, Wo)")
+    no_stride = lambda x, kh, kw, s: patches_ok(x, kh, kw, 1)[:, :, :(x.shape[2] - kh) // s + 1, :(x.shape[3] - kw) // s + 1]  # noqa: E731
+    fails(gf.check_image_patches, no_stride, "one pixel apart")
+    fails(gf.check_image_patches, patches_from_shape, "take the strides from x.strides")
+
+
+def test_check_image_patches_names_swapped_strides():
+    def swapped(x, kh, kw, s):  # position strides sH, sW and tap strides s*sH, s*sW: in bounds at the check's sizes
+        B, C, H, W = x.shape
+        Ho, Wo = (H - kh) // s + 1, (W - kw) // s + 1
+        sB, sC, sH, sW = x.strides
+        assert Ho - 1 + s * (kh - 1) < H and Wo - 1 + s * (kw - 1) < W
+        return np.lib.stride_tricks.as_strided(x, (B, C, Ho, Wo, kh, kw), (sB, sC, sH, sW, s * sH, s * sW))
+
+    for seed in range(SEED, SEED + 8):  # identical to the right answer at stride 1: a seed with a stride-2 trial shows it
+        try:
+            gf.check_image_patches(swapped, seed=seed, quiet=True)
+        except AssertionError as failure:
+            assert "are swapped" in str(failure), str(failure)
+            return
+    raise AssertionError("the swapped strides passed eight seeds")
+
+
+def test_check_image_patches_refuses_copies_and_window_functions():
+    def gathered(x, kh, kw, s):  # a right answer that copies the patches: the exercise asks for a view
+        return np.ascontiguousarray(patches_ok(x, kh, kw, s))
+
+    forbidden(gf.check_image_patches, gathered, "a copy of the patches")
+    forbidden(gf.check_image_patches, lambda x, kh, kw, s: np.lib.stride_tricks.sliding_window_view(
+        x, (kh, kw), axis=(2, 3))[:, :, ::s, ::s], "sliding_window_view")
+    forbidden(gf.check_image_patches, lambda x, kh, kw, s: torch.from_numpy(np.ascontiguousarray(x)).unfold(
+        2, kh, s).unfold(3, kw, s).numpy(), "unfold")
+    forbidden(gf.check_image_patches, lambda x, kh, kw, s: fd.sliding_windows(
+        fd.sliding_windows(x, kh)[:, :, ::s].swapaxes(2, 3), kw)[:, :, :, ::s].transpose(0, 1, 3, 4, 2, 5),
+        "course_utils.foundations")
+    forbidden(gf.check_image_patches, gv._reference_image_patches, "_reference_image_patches")
+    forbidden(gf.check_image_patches, lambda *a: gv._reference_image_patches(*a), "_reference_image_patches")
+
+
+# ---------------------------------------------------------------- exercise 8: segment mean by broadcasting
+def segment_mean_ok(values, ids, S):
+    onehot = (ids[:, None] == torch.arange(S)[None, :]).to(values.dtype)  # (N, S)
+    counts = onehot.sum(0)  # (S,)
+    return torch.einsum("ns,nd->sd", onehot, values) / counts.clamp(min=1)[:, None]
+
+
+def segment_mean_sorted(values, ids, S):  # right, written differently: sort, prefix sums, boundaries
+    order = torch.argsort(ids, stable=True)
+    prefix = torch.cat([torch.zeros(1, values.shape[1], dtype=values.dtype), values[order].cumsum(0)])
+    bounds = torch.searchsorted(ids[order], torch.arange(S + 1))
+    counts = (bounds[1:] - bounds[:-1]).clamp(min=1)
+    return (prefix[bounds[1:]] - prefix[bounds[:-1]]) / counts[:, None]
+
+
+def segment_sums(values, ids, S):
+    onehot = (ids[:, None] == torch.arange(S)[None, :]).to(values.dtype)
+    return onehot.T @ values
+
+
+def test_check_segment_mean():
+    passes(gf.check_segment_mean, segment_mean_ok)
+    passes(gf.check_segment_mean, segment_mean_sorted)
+    not_attempted(gf.check_segment_mean, stub)
+    onehot = lambda ids, S: (ids[:, None] == torch.arange(S)[None, :]).double()  # noqa: E731
+    fails(gf.check_segment_mean, segment_sums, "sums of each segment")
+    fails(gf.check_segment_mean, lambda v, i, S: segment_sums(v, i, S) / onehot(i, S).sum(0)[:, None], "0 / 0 = NaN")
+    fails(gf.check_segment_mean, lambda v, i, S: segment_sums(v, i, S) / v.shape[0], "divided every segment by N")
+    fails(gf.check_segment_mean, lambda v, i, S: segment_mean_ok(v, i, S).T, "(D, S)")
+    def last_write(v, i, S):
+        out = torch.zeros(S, v.shape[1], dtype=v.dtype)
+        out[i] = v  # one write per index survives
+        return out
+
+    fails(gf.check_segment_mean, last_write, "one write per index")
+
+
+def test_check_segment_mean_refuses_scatters_counts_and_loops():
+    S_ = gf.check_segment_mean
+    forbidden(S_, lambda v, i, S: torch.zeros(S, v.shape[1], dtype=v.dtype).index_add_(0, i, v) / 1, "index_add")
+    forbidden(S_, lambda v, i, S: torch.zeros(S, v.shape[1], dtype=v.dtype).scatter_reduce(
+        0, i[:, None].expand_as(v), v, "mean", include_self=False), "scatter_reduce")
+    forbidden(S_, lambda v, i, S: segment_sums(v, i, S) / torch.bincount(i, minlength=S).clamp(min=1)[:, None], "bincount")
+    forbidden(S_, lambda v, i, S: torch.nn.functional.one_hot(i, S).double().T @ v, "one_hot")
+    forbidden(S_, lambda v, i, S: torch.zeros(S, v.shape[1], dtype=v.dtype).index_put_((i,), v, accumulate=True), "index_put_")
+
+    def add_at(v, i, S):
+        out = np.zeros((S, v.shape[1]))
+        np.add.at(out, i.numpy(), v.numpy())
+        return torch.from_numpy(out)
+
+    forbidden(S_, add_at, "numpy.add.at")
+    forbidden(S_, lambda v, i, S: segment_sums(v, i, S) / torch.from_numpy(
+        np.maximum(np.bincount(i.numpy(), minlength=S), 1))[:, None], "numpy.bincount")
+    forbidden(S_, lambda v, i, S: torch.stack([v[i == k].sum(0) for k in range(S)]), "Python loop")
+    forbidden(S_, gv._reference_segment_mean, "_reference_segment_mean")
+    forbidden(S_, lambda v, i, S: segment_mean_ok(v, i, S) + 0 * fd.numerical_gradient(lambda t: 0.0, np.zeros(1))[0],
+              "course_utils.foundations")
+
+
+def test_the_new_checks_take_the_pasted_reference_as_the_learners_own():
+    from _grading_helpers import pasted
+    own = pasted(gv)
+    passes(gf.check_segment_mean, lambda *a: own._reference_segment_mean(*a) if False else segment_mean_ok(*a))
+    forbidden(gf.check_segment_mean, own._reference_segment_mean, "index_add")  # pasted, it still scatters
+
+
+def test_check_segment_mean_rejects_answers_recorded_on_other_inputs():
+    rejects_recorded_answers(gf.check_segment_mean, segment_mean_ok)
+
+
+def test_check_image_patches_rejects_answers_recorded_on_other_inputs():
+    table, learning = {}, [True]
+
+    def lookup(x, kh, kw, s):  # keyed by the bytes of x (a copy of x is within the memory the check allows)
+        key = (hash(x.tobytes()), kh, kw, s)
+        if learning[0]:
+            table[key] = patches_ok(x, kh, kw, s)
+        return table.get(key, next(iter(table.values())))
+
+    gf.check_image_patches(lookup, seed=SEED)
+    learning[0] = False
+    with pytest.raises(AssertionError):
+        gf.check_image_patches(lookup, seed=SEED + 1)

@@ -337,3 +337,168 @@ LOOKUPS = [(gmp.check_unscale_and_clip, good_clip), (gmp.check_master_weight_ste
 @pytest.mark.parametrize("check, solution", LOOKUPS, ids=[c.__name__ for c, _ in LOOKUPS])
 def test_checks_reject_answers_recorded_on_other_inputs(check, solution):
     rejects_recorded_answers(check, solution)
+
+
+# ---------------------------------------------------------------- exercise 6: BF16 weights, Kahan-compensated SGD
+import numpy as np  # noqa: E402
+
+from course_utils import mixed_precision as mp  # noqa: E402
+from course_utils.grading import mixed_precision_fp8 as gmp8  # noqa: E402
+
+
+def kahan_ok(w, grads, lr):
+    c = torch.zeros_like(w)
+    for g in grads:
+        y = -lr * g - c.float()
+        t = (w.float() + y).bfloat16()
+        c = ((t.float() - w.float()) - y).bfloat16()
+        w = t
+    return w, c
+
+
+def kahan_negated(w, grads, lr):  # right, written differently: carry the lost part (-c) and add it
+    lost = torch.zeros(w.shape, dtype=torch.bfloat16)
+    for step in range(grads.shape[0]):
+        y = lost.float() - grads[step] * lr
+        t = (w.float() + y).bfloat16()
+        lost = (y - (t.float() - w.float())).bfloat16()  # exact negation of the reference's c
+        w = t
+    return w, -lost
+
+
+def kahan_variant(**how):
+    def fn(w, grads, lr):
+        c = torch.zeros(w.shape, dtype=how.get("c_dtype", torch.bfloat16))
+        for g in grads:
+            u = -lr * g
+            if how.get("round_update"):
+                u = u.bfloat16().float()
+            y = u - c.float() if how.get("compensate", True) else u
+            t = (w.float() + y).bfloat16()
+            if how.get("compensate", True):
+                c = (how.get("sign", 1.0) * ((t.float() - w.float()) - y)).to(c.dtype)
+            w = t
+        return w, c.bfloat16()
+    return fn
+
+
+def test_check_kahan_bf16_sgd():
+    passes(gmp.check_kahan_bf16_sgd, kahan_ok)
+    passes(gmp.check_kahan_bf16_sgd, kahan_negated)
+    not_attempted(gmp.check_kahan_bf16_sgd, stub)
+    fails(gmp.check_kahan_bf16_sgd, kahan_variant(compensate=False), "without the compensation")
+    fails(gmp.check_kahan_bf16_sgd, kahan_variant(sign=-1.0), "wrong sign")
+    fails(gmp.check_kahan_bf16_sgd, kahan_variant(c_dtype=torch.float32), "kept in float32")
+    fails(gmp.check_kahan_bf16_sgd, kahan_variant(round_update=True), "before compensating")
+    fails(gmp.check_kahan_bf16_sgd, lambda w, g, lr: (kahan_ok(w, g, lr)[0].float(), kahan_ok(w, g, lr)[1]), "dtype")
+
+    def master(w, grads, lr):  # an FP32 master instead: more accurate, but not the recipe asked for
+        m = w.float() - lr * grads.sum(0)
+        return m.bfloat16(), (m - m.bfloat16().float()).bfloat16()
+
+    fails(gmp.check_kahan_bf16_sgd, master, "kahan_bf16_sgd")
+
+
+def test_kahan_keeps_bf16_weights_near_the_fp32_trajectory():
+    """What the exercise is for: plain BF16 SGD loses the small updates, Kahan keeps them."""
+    w, grads, lr = gmp8._kahan_inputs(np.random.default_rng(SEED))
+    exact = w.double() - lr * grads.double().sum(0)
+    plain = kahan_variant(compensate=False)(w, grads, lr)[0]
+    kahan, c = kahan_ok(w, grads, lr)
+    plain_error = (plain.double() - exact).abs().mean()
+    assert (kahan.double() - c.double() - exact).abs().mean() * 30 < plain_error  # w - c: the sum it carries
+
+
+def test_check_kahan_bf16_sgd_refuses_the_lesson_and_optimizers():
+    def by_optimizer(w, grads, lr):
+        p = torch.nn.Parameter(w.clone())
+        opt = torch.optim.SGD([p], lr=lr)
+        for g in grads:
+            p.grad = g.bfloat16()
+            opt.step()
+        return p.detach(), torch.zeros_like(w)
+
+    forbidden(gmp.check_kahan_bf16_sgd, by_optimizer, "torch.optim")
+    forbidden(gmp.check_kahan_bf16_sgd, lambda w, g, lr: (mp.MasterWeightOptimizer, kahan_ok(w, g, lr))[1]
+              if mp.tensor_bytes([w]) else None, "course_utils.mixed_precision")
+    forbidden(gmp.check_kahan_bf16_sgd, gmp8._reference_kahan_bf16_sgd, "_reference_kahan_bf16_sgd")
+    forbidden(gmp.check_kahan_bf16_sgd, lambda w, g, lr: gmp8._kahan_steps(w, g, lr), "_kahan_steps")
+
+
+# ---------------------------------------------------------------- exercise 7: delayed FP8 scaling
+def delayed_ok(xs, history_len):
+    fmax = 448.0
+    history, qs, scales, saturated = [], [], [], []
+    for x in xs:
+        window = history[-history_len:]
+        amax = max(window) if window else 0.0
+        scale = torch.tensor(fmax / amax if amax > 0 else 1.0, dtype=torch.float32)
+        y = x * scale
+        saturated.append(int((y.abs() > fmax).sum()))
+        qs.append(y.clamp(-fmax, fmax).to(torch.float8_e4m3fn).float())
+        scales.append(scale)
+        history.append(float(x.abs().max()))
+    return torch.stack(qs), torch.stack(scales), torch.tensor(saturated)
+
+
+def delayed_vectorized(xs, history_len):  # right, written differently: all amaxes first, a sliding max, one cast
+    amax = xs.abs().amax(dim=1)  # (steps,)
+    padded = torch.cat([torch.zeros(history_len), amax[:-1]])  # step t sees padded[t : t + history_len]
+    window_max = padded.unfold(0, history_len, 1).amax(dim=1)  # (steps,)
+    scales = torch.where(window_max > 0, torch.tensor(448.0) / window_max, torch.tensor(1.0))
+    y = xs * scales[:, None]
+    return (y.clamp(-448, 448).to(torch.float8_e4m3fn).float(), scales,
+            (y.abs() > 448).sum(dim=1).to(torch.int64))
+
+
+def delayed_variant(**how):
+    return lambda xs, h: gmp8._delayed(xs, h, **{k: (v(h) if callable(v) and k == "window" else v)
+                                                  for k, v in how.items()})
+
+
+def test_check_delayed_fp8_cast():
+    passes(gmp.check_delayed_fp8_cast, delayed_ok)
+    passes(gmp.check_delayed_fp8_cast, delayed_vectorized)
+    not_attempted(gmp.check_delayed_fp8_cast, stub)
+
+
+def test_check_delayed_fp8_cast_names_each_mistake():
+    """The mistakes, written as a learner would (pasted course code is the learner's own)."""
+    from _grading_helpers import pasted
+
+    own = pasted(gmp8)
+
+    def as_learner(**how):
+        return lambda xs, h: own._delayed(xs, h, **{k: (v(h) if k == "window" else v) for k, v in how.items()})
+
+    fails(gmp.check_delayed_fp8_cast, as_learner(current=True), "just-in-time")
+    fails(gmp.check_delayed_fp8_cast, as_learner(window=lambda h: h + 1), "one step too long")
+    fails(gmp.check_delayed_fp8_cast, as_learner(window=lambda h: h - 1), "one step too short")
+    fails(gmp.check_delayed_fp8_cast, as_learner(window=lambda h: 1), "previous step's amax")
+    fails(gmp.check_delayed_fp8_cast, as_learner(reduce=lambda v: float(np.float32(np.mean(v)))), "average")
+    fails(gmp.check_delayed_fp8_cast, as_learner(amax_of_q=True), "already scaled")
+    fails(gmp.check_delayed_fp8_cast, as_learner(inverse=True), "inverse")
+    fails(gmp.check_delayed_fp8_cast, as_learner(dequantize=True), "dequantized")
+    passes(gmp.check_delayed_fp8_cast, as_learner())
+
+    def no_saturation_count(xs, h):
+        q, s, n = delayed_ok(xs, h)
+        return q, s, torch.zeros_like(n)
+
+    fails(gmp.check_delayed_fp8_cast, no_saturation_count, "delayed_fp8_cast")
+
+
+def test_check_delayed_fp8_cast_refuses_the_references():
+    forbidden(gmp.check_delayed_fp8_cast, gmp8._reference_delayed_fp8_cast, "_reference_delayed_fp8_cast")
+    forbidden(gmp.check_delayed_fp8_cast, lambda xs, h: gmp8._delayed(xs, h), "_delayed")
+    e4m3_max = lambda: mp.format_ranges(torch.float8_e4m3fn)["max"]  # noqa: E731  the lesson's table of a format
+    forbidden(gmp.check_delayed_fp8_cast, lambda xs, h: delayed_ok(xs, h) if e4m3_max() else None,
+              "course_utils.mixed_precision")
+
+
+NEW_LOOKUPS = [(gmp.check_kahan_bf16_sgd, kahan_ok), (gmp.check_delayed_fp8_cast, delayed_ok)]
+
+
+@pytest.mark.parametrize("check, solution", NEW_LOOKUPS, ids=[c.__name__ for c, _ in NEW_LOOKUPS])
+def test_new_checks_reject_answers_recorded_on_other_inputs(check, solution):
+    rejects_recorded_answers(check, solution)

@@ -19,14 +19,16 @@ An exercise that says "by hand" describes what it refuses with a :class:`ByHand`
 * **Named functions** (``ByHand.names``, the older ``forbidden=`` lists): torch functions under any alias
   (a ``TorchFunctionMode``), Python functions by code object, C functions by identity, NumPy ufuncs and
   methods by name (``"numpy.rint"``, ``"numpy.ndarray.sum"``: a ufunc call is seen through NumPy's override
-  protocol on the learner's arrays, a method call through the profiler).
+  protocol on the learner's arrays, a method call through the profiler), a ufunc's methods (``"numpy.add.at"``) and
+  NumPy's C functions that the profiler does not see (``"numpy.bincount"``, replaced by a stand-in while watching).
 * **Threads.** Threads the learner's code starts run under the same watch (``threading.setprofile`` installs
   it there, torch's dispatch mode included); handing work to a pool or a queue that already existed, a raw
   ``_thread``, or another process, is refused, since the watch cannot follow it.
 * **Structure.** ``max_numel`` bounds the largest tensor the learner's code allocates (a tiled attention never
   holds an L×L score matrix, a causal mask is never materialised; views do not count, only storage);
   ``max_loop_iterations`` bounds the Python-level loop iterations in the learner's own code ("without a Python
-  loop" is ``max_loop_iterations=0``).
+  loop" is ``max_loop_iterations=0``; an iteration is a jump back in the bytecode, so a call written over several
+  lines is not one).
 
 The refusal is one line naming the call. Pasting a library's source into the answer is fine: what counts is
 which code does the work, and code the learner wrote (or pasted) is theirs.
@@ -246,11 +248,19 @@ class _Watch:
         self._cfuncs: dict[int, str] = {}
         self._methods: list[tuple[type, str, str]] = []  # (numpy.ndarray, "sum", "numpy.ndarray.sum")
         self._ufuncs: dict[str, str] = {}
+        self._ufunc_methods: list[tuple[Any, str, str]] = []  # (numpy.add, "at", "numpy.add.at")
+        self._dispatchers: dict[str, str] = {}  # "bincount": "numpy.bincount", patched like the ufuncs while watching
         for dotted in self.spec.names:
             obj = _resolve(dotted)
             if isinstance(obj, np.ufunc):
                 self._ufuncs[obj.__name__] = dotted
                 continue
+            if isinstance(getattr(obj, "__self__", None), np.ufunc):  # a ufunc's method (numpy.add.at): a C call on it
+                self._ufunc_methods.append((obj.__self__, obj.__name__, dotted))
+                continue
+            if (type(obj).__name__ == "_ArrayFunctionDispatcher" and dotted.count(".") == 1
+                    and not hasattr(inspect.unwrap(obj), "__code__")):
+                self._dispatchers[dotted.rpartition(".")[2]] = dotted  # NumPy C functions (numpy.bincount): no c_call
             self._torch_funcs[id(obj)] = dotted
             owner, _, attr = dotted.rpartition(".")
             if type(obj).__name__ in ("method_descriptor", "wrapper_descriptor") and isinstance(_resolve(owner), type):
@@ -313,6 +323,9 @@ class _Watch:
                              f"by-hand exercises run in the calling thread)")
         elif event == "c_call":
             named = self._cfuncs.get(id(arg))
+            for ufunc, method, dotted in self._ufunc_methods:
+                if getattr(arg, "__self__", None) is ufunc and getattr(arg, "__name__", "") == method:
+                    named = dotted
             if named is None and self._methods:
                 owner = getattr(arg, "__self__", None)
                 attr = getattr(arg, "__name__", "")
@@ -336,15 +349,16 @@ class _Watch:
 
     def _local_trace(self, frame, event, arg):
         if event == "line":
+            # a loop is a jump back in the bytecode; a call written over several lines only goes back in line numbers
             key = id(frame)
             last = self._last_line.get(key)
-            if last is not None and frame.f_lineno <= last:
+            if last is not None and frame.f_lasti <= last:
                 self.loop_iterations += 1
                 limit = self.spec.max_loop_iterations
                 if limit is not None and self.loop_iterations > limit:
                     self._refuse(f"a {self.spec.loops} (iteration {self.loop_iterations} at line {frame.f_lineno} "
                                  f"of your code; this exercise allows {limit})")
-            self._last_line[key] = frame.f_lineno
+            self._last_line[key] = frame.f_lasti
         elif event == "return":
             self._last_line.pop(id(frame), None)
         return self._local_trace
@@ -520,11 +534,12 @@ class _Watch:
         return self.unwrap(result)
 
     def _patch_numpy(self) -> None:
-        """While watching, ``numpy.<ufunc>`` looked up at call time is a stand-in that reports the call."""
+        """While watching, ``numpy.<ufunc>`` (or a refused C function such as ``numpy.bincount``, which the profiler
+        does not see) looked up at call time is a stand-in that reports the call."""
         self._patched = {}
-        for short, dotted in self._ufuncs.items():
+        for short, dotted in {**self._ufuncs, **self._dispatchers}.items():
             original = getattr(np, short, None)
-            if isinstance(original, np.ufunc):
+            if isinstance(original, np.ufunc) or short in self._dispatchers:
                 def stand_in(*args, _original=original, _dotted=dotted, **kwargs):
                     self._refuse(_dotted)
                     return _original(*args, **kwargs)

@@ -2,7 +2,8 @@
 
 Each ``check_*`` runs the learner's function on fresh random inputs (``seed=None``; a failure names
 the seed that reproduces it), compares bit-exactly where the answer is exact, and names the likely
-mistake. Reference answers are private.
+mistake. Reference answers are private. Exercises 7 and 8 live in :mod:`course_utils.grading.floating_point_fp8`
+(re-exported here).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..floating_point import FORMATS, FloatFormat, decode, fields, random_patter
 from ..floating_point_rounding import _F32_MAX, classify, round_to_format, rounding_test_values, torch_round
 from ..floating_point_summation import kahan_sum, sequential_sum
 from ._float_values import _classify_variant, _in_turn, _rounded_variant, _wrap_learner, _wrap_values
+from .floating_point_fp8 import check_fp8_quantize, check_ulp_distance  # exercises 7 and 8
 
 __all__ = [
     "check_format_limits",
@@ -26,6 +28,8 @@ __all__ = [
     "check_overflow_underflow",
     "check_kahan_sum",
     "check_stochastic_rounding",
+    "check_ulp_distance",
+    "check_fp8_quantize",
 ]
 
 

@@ -1,7 +1,8 @@
 """Grading for topic 00 (foundations): the checks, named mistakes and references of ``solutions/00_foundations.ipynb``.
 
 Each ``check_*`` runs the learner's function on fresh random inputs (``seed=None``; a failure names
-the seed that reproduces it) and names the likely mistake. Reference answers are private.
+the seed that reproduces it) and names the likely mistake. Reference answers are private. Exercises 7 and 8
+live in :mod:`course_utils.grading.foundations_views` (re-exported here).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ..classroom.forbidden import ByHand
 from ..classroom.released import SmoothMap, call_restoring
 from ..errors import CheckFailed
 from ..foundations import sliding_windows
+from .foundations_views import check_image_patches, check_segment_mean  # exercises 7 and 8
 
 __all__ = [
     "check_c_strides",
@@ -25,6 +27,8 @@ __all__ = [
     "check_attention_scores",
     "check_numerical_jacobian",
     "check_normalize_columns",
+    "check_image_patches",
+    "check_segment_mean",
 ]
 
 

@@ -2,7 +2,8 @@
 
 Each ``check_*`` runs the learner's code on fresh random inputs (``seed=None``; a failure names the
 seed that reproduces it), compares it with PyTorch (``GradScaler``, ``clip_grad_norm_``, real casts,
-measured bytes) and names the likely mistake. Reference answers are private.
+measured bytes) and names the likely mistake. Reference answers are private. Exercises 6 and 7 live in
+:mod:`course_utils.grading.mixed_precision_fp8` (re-exported here).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..classroom.released import comparable_grads, drive_loss_scaler, scaler_tra
 from ..errors import CheckFailed
 from ..mixed_precision import DTYPES
 from ..mixed_precision_memory import measure_recipe_memory
+from .mixed_precision_fp8 import check_delayed_fp8_cast, check_kahan_bf16_sgd  # exercises 6 and 7
 
 __all__ = [
     "check_dynamic_loss_scaler",
@@ -25,6 +27,8 @@ __all__ = [
     "check_master_weight_step",
     "check_training_bytes",
     "check_classify_cast",
+    "check_kahan_bf16_sgd",
+    "check_delayed_fp8_cast",
 ]
 
 
