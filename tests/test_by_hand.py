@@ -215,3 +215,16 @@ def test_an_answer_that_is_the_reference_itself_is_refused():
     assert hit(conv.im2col, ByHand(modules=("course_utils.convolution",)), x, 3, 3)
     assert hit(conv.im2col, ByHand(modules=("course_utils.convolution",), allow=("course_utils.convolution.im2col",)),
                x, 3, 3) is None
+
+
+def test_refusals_name_what_the_learner_wrote():
+    """A lazy import reads as an import from its package, a constructor as its class, not the machinery's names."""
+    from course_utils.classroom.forbidden import forbidden_message
+
+    lazy = forbidden_message("ex", "diffusers.utils.import_utils._LazyModule.__getattr__")
+    assert "calls an import from diffusers," in lazy and "_LazyModule" not in lazy
+    assert "calls the constructor of DDPMScheduler from diffusers," in forbidden_message(
+        "ex", "diffusers.configuration_utils.DDPMScheduler.inner_init")
+    assert "calls the constructor of course_utils.floating_point.FloatFormat," in forbidden_message(
+        "ex", "course_utils.floating_point.FloatFormat.__init__")
+    assert "calls torch.inner," in forbidden_message("ex", "torch.inner")

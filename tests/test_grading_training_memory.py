@@ -129,9 +129,9 @@ def test_a_hard_coded_answer_fails_on_fresh_inputs(key):
 
 SHORTCUTS = {
     "gqa": (lambda vocab, hidden, layers, heads, kv_heads, ffn, tied, qkv_bias: tm.count_parameters(
-        tm.TransformerShape(vocab, hidden, layers, heads, ffn, kv_heads, tied, qkv_bias=qkv_bias)), "TransformerShape.__init__"),
+        tm.TransformerShape(vocab, hidden, layers, heads, ffn, kv_heads, tied, qkv_bias=qkv_bias)), "constructor of course_utils.training_memory.TransformerShape"),
     "adam": (lambda n, w, gr: sum(tm.model_state_bytes(n, tm.Recipe("x", w, gr, 0, 4 if w < 4 else 0, 8)).values()) / 2**30,
-             "Recipe.__init__"),
+             "constructor of course_utils.training_memory.Recipe"),
     "act": (lambda s, b, h, a, t, sel: tm.activation_bytes_per_layer(s, b, h, a, t=t, recompute="selective" if sel else "none"),
             "activation_bytes_per_layer"),
     "zero2": (g._reference_zero2_bytes, "_reference_zero2_bytes"),
