@@ -223,7 +223,7 @@ def test_refusals_name_what_the_learner_wrote():
 
     lazy = forbidden_message("ex", "diffusers.utils.import_utils._LazyModule.__getattr__")
     assert "calls an import from diffusers," in lazy and "_LazyModule" not in lazy
-    assert "calls the constructor of DDPMScheduler from diffusers," in forbidden_message(
+    assert "calls the constructor of diffusers.configuration_utils.DDPMScheduler," in forbidden_message(
         "ex", "diffusers.configuration_utils.DDPMScheduler.inner_init")
     assert "calls the constructor of course_utils.floating_point.FloatFormat," in forbidden_message(
         "ex", "course_utils.floating_point.FloatFormat.__init__")

@@ -259,7 +259,7 @@ SHORTCUTS = [
     (g.check_apply_rope, rope_by_transformers, "apply_rotary_pos_emb"),
     (g.check_apply_rope, g._reference_apply_rope, "course_utils.grading.slm._reference_apply_rope"),
     (g.check_apply_rope, lambda x, p, f: g._rope_with(x, p.double()[:, None] * f), "course_utils.grading.slm._rope_with"),
-    (g.check_yarn_inv_freq, yarn_by_transformers, "transformers."),  # the first transformers function it reaches
+    (g.check_yarn_inv_freq, yarn_by_transformers, "an import from transformers"),  # transformers' lazy import, reached first
     (g.check_yarn_inv_freq, g._reference_yarn_inv_freq, "_reference_yarn_inv_freq"),
     (g.check_decode_ragged, decode_by_sdpa, "scaled_dot_product_attention"),
     (g.check_decode_ragged, decode_by_repeat_kv, "repeat_kv"),

@@ -631,13 +631,12 @@ _ForbiddenGuard = _Watch
 
 def _readable(hit: str) -> str:
     """What the learner wrote, from the refused function's qualified name: a lazy import by its package, a
-    constructor (a dataclass's generated ``__init__``, diffusers' ``inner_init`` config wrapper) by its class."""
+    constructor (a dataclass's generated ``__init__``, diffusers' ``inner_init`` config wrapper) by its class's path."""
     parts = hit.split(".")
     if hit.endswith("._LazyModule.__getattr__"):
         return f"an import from {parts[0]}"
     if len(parts) >= 2 and parts[-1] in ("__init__", "__new__", "inner_init"):
-        cls = ".".join(parts[:-1]) if parts[0] == "course_utils" else f"{parts[-2]} from {parts[0]}"
-        return f"the constructor of {cls}"
+        return f"the constructor of {'.'.join(parts[:-1])}"
     return hit
 
 
