@@ -480,7 +480,7 @@ def test_flash_backward_atomic_right_answers(sol, other):
 
 
 def test_swa_kernel_that_masks_instead_of_skipping_fails(masking):
-    message = fails(gk.check_swa_alibi_attention, masking.swa_alibi_attention, "only masks them")
+    message = fails(gk.check_swa_alibi_attention, masking.swa_alibi_attention, "only masks them", trials=1)
     assert "skip them" in message and "NaN" in message
 
 
