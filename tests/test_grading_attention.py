@@ -425,11 +425,46 @@ def sol(tmp_path_factory):
     return solution_module(tmp_path_factory)
 
 
+SKIP_FROM = "lo = tl.maximum(start_m * BLOCK_M - window + 1, 0) // BLOCK_N * BLOCK_N"
+DQ_ATOMIC = 'tl.atomic_add(dq_ptr + q_at, tl.dot(ds, k, input_precision="ieee") * scale, mask=m_ok[:, None])'
+
+
 @pytest.fixture(scope="module")
-def other(tmp_path_factory):   # right, written differently: no start-late skip (masks do it), exp2 in the backward
+def other(tmp_path_factory):   # right, written differently: the first key block one block early, exp2 in both kernels
     return solution_module(tmp_path_factory, replace=(
-        ("lo = tl.maximum(start_m * BLOCK_M - window + 1, 0) // BLOCK_N * BLOCK_N", "lo = 0"),
+        (SKIP_FROM, "lo = tl.maximum((start_m * BLOCK_M - window + 1) // BLOCK_N - 1, 0) * BLOCK_N"),
+        ("p = tl.exp(s - m_safe[:, None])", "p = tl.exp2((s - m_safe[:, None]) * 1.4426950408889634)"),
         ("tl.exp(s - lse[:, None])", "tl.exp2((s - lse[:, None]) * 1.4426950408889634)")))
+
+
+@pytest.fixture(scope="module")
+def masking(tmp_path_factory):   # loads every key block up to the diagonal and masks the window: values right
+    return solution_module(tmp_path_factory, replace=((SKIP_FROM, "lo = 0"),))
+
+
+@pytest.fixture(scope="module")
+def dq_stored(tmp_path_factory):   # dQ by a plain read-modify-write: right under the interpreter, a race on a GPU
+    return solution_module(tmp_path_factory, replace=((DQ_ATOMIC, "tl.store(dq_ptr + q_at, tl.load(dq_ptr + q_at, "
+                                                       "mask=m_ok[:, None], other=0.0) + tl.dot(ds, k, "
+                                                       "input_precision=\"ieee\") * scale, mask=m_ok[:, None])"),))
+
+
+@pytest.fixture(scope="module")
+def dq_dead_atomic(tmp_path_factory):   # an atomic_add that adds nothing, and the real dQ stored
+    return solution_module(tmp_path_factory, replace=((DQ_ATOMIC, "tl.atomic_add(dq_ptr + q_at, 0.0 * q, "
+                                                       "mask=m_ok[:, None])\n        tl.store(dq_ptr + q_at, "
+                                                       "tl.load(dq_ptr + q_at, mask=m_ok[:, None], other=0.0) + "
+                                                       "tl.dot(ds, k, input_precision=\"ieee\") * scale, "
+                                                       "mask=m_ok[:, None])"),))
+
+
+@pytest.fixture(scope="module")
+def dq_copied(tmp_path_factory):   # dQ accumulated in a scratch buffer, copied into the result by the launcher
+    return solution_module(tmp_path_factory, replace=(
+        ("dq = torch.zeros_like(q)                                               # atomics add into it",
+         "scratch = torch.zeros_like(q)"),
+        ("q, k, v, do, lse, delta, dq, dk, dv, n,", "q, k, v, do, lse, delta, scratch, dk, dv, n,"),
+        ("    return dq, dk, dv\n", "    return scratch.clone(), dk, dv\n")))
 
 
 def test_swa_alibi_right_answers(sol, other):
@@ -444,6 +479,42 @@ def test_flash_backward_atomic_right_answers(sol, other):
     not_attempted(gk.check_flash_backward_atomic, stub)
 
 
+def test_swa_kernel_that_masks_instead_of_skipping_fails(masking):
+    message = fails(gk.check_swa_alibi_attention, masking.swa_alibi_attention, "only masks them", trials=1)
+    assert "skip them" in message and "NaN" in message
+
+
+def test_the_skip_probe_separates_skipping_from_masking(sol, masking):
+    for seed in range(3):
+        q, k, v, slopes, window, bm, bn, first = gk._skip_inputs(np.random.default_rng(seed))
+        assert torch.isnan(k[:, :bn]).all() and first >= 2 * bn + window
+        assert torch.isfinite(sol.swa_alibi_attention(q, k, v, slopes, window, bm, bn)[:, first:]).all()
+        assert torch.isnan(masking.swa_alibi_attention(q, k, v, slopes, window, bm, bn)[:, first:]).all()
+
+
+@pytest.mark.parametrize("variant,fragment", [("dq_stored", "a plain store (tl.store or an atomic exchange) into dQ"),
+                                              ("dq_dead_atomic", "a plain store"),
+                                              ("dq_copied", "tl.atomic_add on only 0 of the")])
+def test_dq_not_accumulated_by_atomics_is_refused(variant, fragment, request):
+    module = request.getfixturevalue(variant)
+    message = forbidden_named(gk.check_flash_backward_atomic, module.flash_backward_atomic, fragment)
+    assert "dQ" in message
+
+
+def test_the_write_log_judges_addresses():
+    from course_utils.classroom.triton_writes import WriteLog, verdict
+
+    dq, log = torch.zeros(4), WriteLog()
+    assert verdict(log, (dq,), 0, "dQ") is None                 # nothing interpreted (a GPU): nothing to measure
+    every = np.array([dq.data_ptr() + 4 * i for i in range(4)], dtype=np.uint64)
+    log.note("add", every, np.array([True, True, True, False]))  # masked lanes write nothing
+    assert "on only 3 of the 4 elements" in verdict(log, (dq,), 0, "dQ")
+    log.note("add", every, None)
+    assert verdict(log, (dq,), 0, "dQ") is None
+    log.note("store", every[2:3], None)
+    assert "at its element 2" in verdict(log, (dq,), 0, "dQ")
+
+
 def test_flash_backward_atomic_order_changes_the_bits_of_dq_only(sol):
     gen = torch.Generator().manual_seed(0)
     q, k, v, do = (torch.randn(1, 64, 16, generator=gen) for _ in range(4))
@@ -454,10 +525,26 @@ def test_flash_backward_atomic_order_changes_the_bits_of_dq_only(sol):
     assert torch.equal(a[1], b[1]) and torch.equal(a[2], b[2])
 
 
-@pytest.mark.parametrize("check,solution", [(gk.check_swa_alibi_attention, gk._reference_swa_alibi_attention),
-                                            (gk.check_flash_backward_atomic, gk._reference_flash_backward_atomic)])
-def test_triton_exercise_mistakes_are_named(check, solution, monkeypatch):
-    each_mistake_is_named(gk, check, solution, monkeypatch, trials=3)
+def test_flash_backward_atomic_mistakes_are_named(monkeypatch):
+    each_mistake_is_named(gk, gk.check_flash_backward_atomic, gk._reference_flash_backward_atomic, monkeypatch, trials=3)
+
+
+def test_swa_alibi_mistakes_are_named(monkeypatch):
+    # two comparisons (the values, then the skip probe): the named mistakes are the first one's, fed unwatched
+    captured, original = [], gk.check_function
+
+    def spy(fn, ref, make_inputs, **kw):
+        captured.append(list(kw.get("mistakes", ())))
+        kw.pop("forbidden", None)
+        kw.pop("by_hand", None)
+        return original(fn, ref, make_inputs, **kw)
+
+    monkeypatch.setattr(gk, "check_function", spy)
+    nan_safe = lambda q, k, v, s, w, bm, bn: gk._swa_alibi(q, k.nan_to_num(), v.nan_to_num(), s, w)  # noqa: E731
+    gk.check_swa_alibi_attention(nan_safe, trials=1, seed=SEED, quiet=True)
+    assert len(captured) == 2 and len(captured[0]) == 7 and not captured[1]
+    for mistake in captured[0]:
+        fails(gk.check_swa_alibi_attention, mistake.fn, mistake.hint, trials=3)
 
 
 def swa_by_softmax(q, k, v, slopes, window, block_m, block_n):
@@ -498,9 +585,11 @@ def swa_broadcast(q, k, v, slopes, window, block_m, block_n):   # right, in plai
     n = q.shape[1]
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
     s = (q[:, :, None, :].double() * k[:, None, :, :].double()).sum(-1) / math.sqrt(q.shape[-1]) - slopes.double()[:, None, None] * (i - j)
-    s = s.masked_fill(~((j <= i) & (j > i - window)), float("-inf"))
+    keep = (j <= i) & (j > i - window)
+    s = s.masked_fill(~keep, float("-inf"))
     p = torch.exp(s - s.amax(-1, keepdim=True))
-    return ((p / p.sum(-1, keepdim=True))[..., None] * v.double()[:, None, :, :]).sum(-2).float()
+    pv = (p / p.sum(-1, keepdim=True))[..., None] * v.double()[:, None, :, :]        # (H, L, L, D)
+    return pv.where(keep[..., None], 0.0).sum(-2).float()   # only the window's values: no 0 * NaN from far keys
 
 
 def test_triton_exercise_hard_coded_answers_fail(sol):

@@ -9,13 +9,16 @@ import torch
 import torch.nn.functional as F
 
 from _grading_helpers import stub  # noqa: E402
+from _grading_helpers import (each_mistake_is_named, fails, forbidden, passes, rejects_recorded_answers,  # noqa: E402
+                              right_answers_pass)
 from _grading_helpers import SWEEP_SEEDS, forbidden_call, pasted, replayed_answer_fails, sweep_named, sweep_passes  # noqa: E402,E501
 from course_utils import upsampling as up
 from course_utils.checks import CheckFailed, NotAttempted
 from course_utils.grading import upsampling as grading
+from course_utils.grading import upsampling_filters as filters
 from course_utils.grading import upsampling_transposed as transposed
 
-gp, tp = pasted(grading), pasted(transposed)  # the references' helpers, pasted as a learner would
+gp, tp, fp = pasted(grading), pasted(transposed), pasted(filters)  # the references' helpers, pasted as a learner would
 
 SEEDS = SWEEP_SEEDS
 
@@ -312,3 +315,194 @@ def test_check_subpixel_weight():
 
     forbidden_call(check, by_impulses, "conv2d")
     replayed_answer_fails(check, _subpixel)
+
+
+# ---------------------------------------------------------------- exercise 7: the antialiased resize matrix
+
+
+def _antialias(n, m):
+    s = max(n / m, 1.0)
+    centre = (np.arange(m) + 0.5) * n / m
+    a = np.clip(1.0 - np.abs(np.arange(n)[None, :] + 0.5 - centre[:, None]) / s, 0.0, None)
+    return a / a.sum(1, keepdims=True)
+
+
+def _antialias_loops(n, m):  # right, written as loops over the input pixels under each tent (pixel-centre coordinates)
+    s = max(n / m, 1.0)
+    a = np.zeros((m, n))
+    for i in range(m):
+        u = (i + 0.5) * n / m - 0.5                       # the tent's centre, in pixel-centre coordinates
+        for j in range(max(int(np.floor(u - s)), 0), min(int(np.ceil(u + s)) + 1, n)):
+            a[i, j] = max(0.0, 1.0 - abs(j - u) / s)
+        a[i] /= a[i].sum()
+    return a
+
+
+def test_antialias_reference_equals_torch_along_one_axis():
+    for n in range(1, 30):
+        for m in range(1, 30):
+            eye = torch.eye(n, dtype=torch.float64)[None, None]        # resize the rows of the identity
+            want = F.interpolate(eye, size=(m, n), mode="bilinear", antialias=True, align_corners=False)[0, 0]
+            np.testing.assert_allclose(filters._reference_antialias_matrix(n, m), want.numpy(), atol=1e-12)
+
+
+def test_check_antialias_matrix(capsys, monkeypatch):
+    check = grading.check_antialias_matrix
+    right_answers_pass(check, _antialias, _antialias_loops, capsys, trials=8)
+    # the check compares twice (the matrix, then A_h X A_w^T on images): its mistakes are those of the first
+    captured = []
+    original = filters.check_function
+
+    def spy(fn, ref, make_inputs, **kw):
+        captured.append(list(kw.get("mistakes", ())))
+        kw.pop("by_hand", None)  # the mistakes are built from the references, which the watch refuses
+        return original(fn, ref, make_inputs, **kw)
+
+    monkeypatch.setattr(filters, "check_function", spy)
+    check(_antialias, trials=1, quiet=True)
+    assert len(captured[0]) == 5
+    for mistake in captured[0]:
+        fails(check, mistake.fn, mistake.hint)
+    monkeypatch.undo()
+    fails(check, lambda n, m: _antialias(n, m).T, "shape")
+    fails(check, lambda n, m: _antialias(n, m).astype(np.float32), "float")
+    rejects_recorded_answers(check, _antialias)
+
+
+def test_antialias_upsampling_is_exercise_1s_matrix():
+    for n, m in [(3, 7), (4, 4), (5, 13)]:
+        np.testing.assert_allclose(_antialias(n, m), _interpolation_matrix(n, m, False), atol=1e-12)
+
+
+def _antialias_by_torch(n, m):
+    eye = torch.eye(n, dtype=torch.float64)[None, None]
+    return F.interpolate(eye, size=(m, n), mode="bilinear", antialias=True, align_corners=False)[0, 0].numpy()
+
+
+def _antialias_by_aa_op(n, m):
+    eye = torch.eye(n, dtype=torch.float64)[None, None]
+    return torch.ops.aten._upsample_bilinear2d_aa(eye, [m, n], False, None, None)[0, 0].numpy()
+
+
+ANTIALIAS_SHORTCUTS = [
+    (_antialias_by_torch, "torch.nn.functional.interpolate"),
+    (_antialias_by_aa_op, "_upsample_bilinear2d_aa"),
+    (lambda n, m: torch.nn.Upsample(size=(m, n), mode="bilinear")(torch.eye(n)[None, None])[0, 0].double().numpy(),
+     "torch.nn.functional.interpolate"),
+    (lambda n, m: up.upsample_bilinear(torch.eye(n, dtype=torch.float64)[None, None], (m, n), False)[0, 0].numpy(),
+     "course_utils.upsampling.upsample_bilinear"),
+    (lambda n, m: filters._reference_antialias_matrix(n, m), "_reference_antialias_matrix"),
+    (lambda n, m: filters._triangle_matrix(n, m, max(n / m, 1.0)), "course_utils.grading.upsampling_filters._triangle_matrix"),
+]
+
+
+@pytest.mark.parametrize("fn,name", ANTIALIAS_SHORTCUTS, ids=[s[1].split(".")[-1] + str(i) for i, s in enumerate(ANTIALIAS_SHORTCUTS)])
+def test_antialias_shortcuts_are_refused(fn, name):
+    forbidden(grading.check_antialias_matrix, fn, name)
+
+
+def test_antialias_pasted_helpers_are_the_learners_own():
+    passes(grading.check_antialias_matrix, lambda n, m: fp._triangle_matrix(n, m, max(n / m, 1.0)), quiet=True)
+
+
+# ---------------------------------------------------------------- exercise 8: nearest x2 fused with a 3x3 conv
+def _fused(x, weight):
+    n, _, h, w = x.shape
+
+    def collapse(k, axis):
+        t0, t1, t2 = k.unbind(axis)
+        return [torch.stack([t0, t1 + t2], axis), torch.stack([t0 + t1, t2], axis)]
+
+    xp = F.pad(x, (1, 1, 1, 1))
+    out = x.new_empty(n, weight.shape[0], 2 * h, 2 * w)
+    for i, rows in enumerate(collapse(weight, 2)):
+        for j, kernel in enumerate(collapse(rows, 3)):
+            out[..., i::2, j::2] = F.conv2d(xp[..., i:i + h + 1, j:j + w + 1], kernel)
+    return out
+
+
+def _fused_one_conv(x, weight):  # right, written differently: one conv2d with the 4 C_out kernels, then pixel_shuffle
+    n, c_in, h, w = x.shape
+    c_out = weight.shape[0]
+    # 2x2 kernel of phase i along one axis as a 2x3 matrix applied to the 3 taps
+    m = torch.tensor([[[1.0, 0, 0], [0, 1, 1]], [[1, 1, 0], [0, 0, 1]]], dtype=x.dtype)      # (phase, tap2, tap3)
+    kernels = torch.einsum("iab,jcd,oqbd->oijqac", m, m, weight).reshape(c_out * 4, c_in, 2, 2)  # (C_out*4, C_in, 2, 2)
+    y = F.conv2d(F.pad(x, (1, 1, 1, 1)), kernels).reshape(n, c_out, 2, 2, h + 1, w + 1)          # (N, C_out, i, j, H+1, W+1)
+    phases = torch.stack([torch.stack([y[:, :, i, j, i:i + h, j:j + w] for j in (0, 1)], 2) for i in (0, 1)], 2)
+    return F.pixel_shuffle(phases.reshape(n, c_out * 4, h, w), 2)
+
+
+def _materialised(x, weight):
+    return F.conv2d(x.repeat_interleave(2, -2).repeat_interleave(2, -1), weight, padding=1)
+
+
+def _by_index(x, weight):
+    h, w = x.shape[-2:]
+    rows, cols = torch.arange(2 * h) // 2, torch.arange(2 * w) // 2
+    return F.conv2d(x[..., rows[:, None], cols[None, :]], weight, padding=1)
+
+
+def _channel_by_channel(x, weight):  # upsamples one input channel at a time: each piece bigger than the output allows
+    out = 0
+    for c in range(x.shape[1]):
+        piece = x[:, c:c + 1].repeat_interleave(2, -2).repeat_interleave(2, -1)
+        out = out + F.conv2d(piece, weight[:, c:c + 1], padding=1)
+    return out
+
+
+def _by_conv_transpose(x, weight):  # nearest x2 then conv is a stride-2 transposed conv with a 4x4 kernel: refused
+    return F.conv_transpose2d(x, torch.zeros(x.shape[1], weight.shape[0], 4, 4, dtype=x.dtype), stride=2, padding=1)
+
+
+def test_check_upsample_conv_fused(capsys, monkeypatch):
+    check = grading.check_upsample_conv_fused
+    right_answers_pass(check, _fused, _fused_one_conv, capsys, trials=4)
+    each_mistake_is_named(filters, check, _fused, monkeypatch, trials=3)
+    fails(check, lambda x, w: _fused(x, w)[..., :-1, :-1], "shape")
+    fails(check, lambda x, w: _fused(x.float(), w.float()), "float")
+    rejects_recorded_answers(check, _fused)
+
+
+@pytest.mark.parametrize("fn", [_materialised, _by_index])
+def test_building_the_upsampled_image_is_refused(fn):
+    message = fails(grading.check_upsample_conv_fused, fn, "nearest-upsampled image")
+    assert "a tensor of shape (" in message and "elements stored" in message
+
+
+def test_upsampling_one_channel_at_a_time_is_refused():
+    # each one-channel piece fits in the size limit (it is no larger than the output); the loop over channels does not
+    message = fails(grading.check_upsample_conv_fused, _channel_by_channel, "Python loop over channels")
+    assert "this exercise allows 8" in message
+
+
+def _pieces_larger_than_the_output(x, weight):  # two halves of the channels: each half bigger than the output
+    half = x.shape[1] // 2
+    parts = [(x[:, :half], weight[:, :half]), (x[:, half:], weight[:, half:])]
+    return sum(F.conv2d(p.repeat_interleave(2, -2).repeat_interleave(2, -1), w, padding=1) for p, w in parts)
+
+
+def test_upsampling_in_large_pieces_is_refused():
+    fails(grading.check_upsample_conv_fused, _pieces_larger_than_the_output, "nearest-upsampled image")
+
+
+UPSAMPLE_CONV_SHORTCUTS = [
+    (lambda x, w: F.conv2d(F.interpolate(x, scale_factor=2.0, mode="nearest"), w, padding=1),
+     "torch.nn.functional.interpolate"),
+    (lambda x, w: F.conv2d(torch.ops.aten.upsample_nearest2d(x, [2 * x.shape[2], 2 * x.shape[3]]), w, padding=1),
+     "upsample_nearest2d"),
+    (_by_conv_transpose, "conv_transpose2d"),
+    (lambda x, w: F.conv2d(up.upsample_nearest(x, (2 * x.shape[2], 2 * x.shape[3])), w, padding=1),
+     "course_utils.upsampling.upsample_nearest"),
+    (lambda x, w: filters._reference_upsample_conv_fused(x, w), "_reference_upsample_conv_fused"),
+    (lambda x, w: filters._fused(x, w), "course_utils.grading.upsampling_filters._fused"),
+]
+
+
+@pytest.mark.parametrize("fn,name", UPSAMPLE_CONV_SHORTCUTS,
+                         ids=[s[1].split(".")[-1] + str(i) for i, s in enumerate(UPSAMPLE_CONV_SHORTCUTS)])
+def test_upsample_conv_shortcuts_are_refused(fn, name):
+    forbidden(grading.check_upsample_conv_fused, fn, name)
+
+
+def test_upsample_conv_pasted_helpers_are_the_learners_own():
+    passes(grading.check_upsample_conv_fused, lambda x, w: fp._fused(x, w), quiet=True)

@@ -28,7 +28,9 @@ An exercise that says "by hand" describes what it refuses with a :class:`ByHand`
   holds an L×L score matrix, a causal mask is never materialised; views do not count, only storage);
   ``max_loop_iterations`` bounds the Python-level loop iterations in the learner's own code ("without a Python
   loop" is ``max_loop_iterations=0``; an iteration is a jump back in the bytecode, so a call written over several
-  lines is not one).
+  lines is not one); ``atomic_outputs`` names returned tensors that the learner's Triton kernels must accumulate
+  with atomic adds, never write with a plain store (seen under Triton's interpreter, by
+  :mod:`course_utils.classroom.triton_writes`).
 
 The refusal is one line naming the call. Pasting a library's source into the answer is fine: what counts is
 which code does the work, and code the learner wrote (or pasted) is theirs.
@@ -40,6 +42,7 @@ and pass ``by_hand=ByHand.of(BY_HAND_X)``; there ``"whole_result_ops": ("aten.ms
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import sys
@@ -111,7 +114,9 @@ class ByHand:
     ``max_numel`` and ``max_traced_bytes`` (the peak of memory ``tracemalloc`` sees, NumPy's buffers included) may
     be numbers or functions of the call's ``(args, kwargs)``, so one check can size the limit to each trial.
     ``allow``: dotted course functions the exercise lets the learner call although their module is refused
-    (a shape helper such as ``"course_utils.convolution.conv_output_size"``).
+    (a shape helper such as ``"course_utils.convolution.conv_output_size"``). ``atomic_outputs``: indices into the
+    learner's returned tuple of tensors that their Triton kernels must accumulate with ``tl.atomic_add`` only (every
+    element reached, no plain store into it), ``atomic_what`` says in words what that tensor is.
     """
 
     names: tuple[str, ...] = ()
@@ -125,6 +130,8 @@ class ByHand:
     loops: str = "Python loop"
     allow: tuple[str, ...] = ()
     refuse_modules_of_names: bool = field(default=True)
+    atomic_outputs: tuple[int, ...] = ()
+    atomic_what: str = "this output"
 
     @classmethod
     def of(cls, spec: Any) -> "ByHand | None":
@@ -152,6 +159,8 @@ class ByHand:
             max_loop_iterations=(other.max_loop_iterations if other.max_loop_iterations is not None
                                  else self.max_loop_iterations),
             loops=other.loops if other.max_loop_iterations is not None else self.loops,
+            atomic_outputs=self.atomic_outputs + other.atomic_outputs,
+            atomic_what=other.atomic_what if other.atomic_outputs else self.atomic_what,
         )
 
     def refused_ops(self) -> frozenset[str]:
@@ -524,13 +533,25 @@ class _Watch:
         self._held_ufuncs(fn)
         self._note_given(tuple(args) + tuple((kwargs or {}).values()))
         args, kwargs = self._wrap_ufuncs(tuple(args), dict(kwargs or {}))
+        writes = None
+        if self.spec.atomic_outputs:
+            from .triton_writes import WriteLog
+
+            writes = WriteLog()
         try:
-            with self:
+            with self, (writes or contextlib.nullcontext()):
                 result = fn(*args, **kwargs)
         except Exception as exc:
             if self.hit is not None:  # a refused call came first: that is the answer, whatever failed after it
                 raise WatchHit(self.hit) from exc
             raise
+        if writes is not None and self.hit is None:
+            from .triton_writes import verdict
+
+            for index in self.spec.atomic_outputs:
+                why = verdict(writes, result, index, self.spec.atomic_what)
+                if why:
+                    self._refuse(why)
         return self.unwrap(result)
 
     def _patch_numpy(self) -> None:

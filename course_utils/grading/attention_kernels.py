@@ -7,6 +7,11 @@
 * ``flash_backward_atomic(q, k, v, o, lse, do, block_m, block_n, reverse=False)``: a Triton backward with one
   program per key block that adds its share of dQ with fp32 atomics; returns ``(dq, dk, dv)``.
 
+The structures the prompts demand are measured, not trusted: exercise 7's kernel must skip the key blocks outside
+the window (a probe with NaN in key block 0, whose far rows a masking kernel turns into NaN), exercise 8's must
+write dQ only with atomic adds (the by-hand watch records where an interpreted kernel's stores and atomics land,
+:mod:`course_utils.classroom.triton_writes`).
+
 The checks only *call* the learner's launcher with fresh fp32 tensors (so they work on a grader's remote
 proxies), compare with float64 references at fp32 tolerances, and name the usual slips. Under the CPU
 interpreter the head dimension and blocks are GPU-legal (``tl.dot`` needs 16 or more).
@@ -19,7 +24,8 @@ from typing import Callable
 
 import torch
 
-from ..classroom.checking import Mistake, check_function
+from ..classroom.checking import Mistake, call_learner, check_function
+from ..errors import CheckFailed
 from ..classroom.forbidden import ByHand
 from .attention_inputs import FORBIDDEN_ATTENTION, _cycle
 
@@ -35,9 +41,12 @@ FORBIDDEN_KERNEL = FORBIDDEN_ATTENTION + (
 # log_softmax().exp(), F.scaled_dot_product_attention, einsum/inner as the matmul), and the topic's lesson modules
 # (course_utils.attention*, its Triton kernels included) are refused in the learner's code; the kernel is theirs.
 BY_HAND_SWA_ALIBI = ByHand(ops=("@attention", "@softmax", "@matmul"), modules=("course_utils.attention",))
+# Exercise 8's structure, measured under Triton's interpreter: dQ (the first returned tensor) is written only by the
+# kernels' atomic adds, every element of it, never by a plain store (course_utils.classroom.triton_writes).
 BY_HAND_FLASH_BACKWARD_ATOMIC = ByHand(ops=BY_HAND_SWA_ALIBI.ops + (
     "_scaled_dot_product_flash_attention_for_cpu_backward", "_scaled_dot_product_efficient_attention_backward",
-    "_scaled_dot_product_flash_attention_backward"), modules=BY_HAND_SWA_ALIBI.modules)
+    "_scaled_dot_product_flash_attention_backward"), modules=BY_HAND_SWA_ALIBI.modules,
+    atomic_outputs=(0,), atomic_what="dQ")
 BLOCKS = [(16, 16), (32, 16), (16, 32)]
 
 
@@ -141,6 +150,26 @@ def _swa_inputs_maker():
     return make
 
 
+def _skip_inputs(rng):
+    """Inputs whose key block 0 (keys and values) is NaN, and the first query row checked: the rows of every query
+    block whose first row's window starts a whole key block after block 0 (room for a kernel that skips one block
+    late). A kernel that skips never loads block 0 for them; one that loads it and masks the scores gets
+    ``0 * NaN = NaN`` from ``P @ V``."""
+    bm, bn = BLOCKS[int(rng.integers(len(BLOCKS)))]
+    h, window = 1, int(rng.integers(2, 20))
+    first = _cd(2 * bn + window, bm) * bm                                # first query row compared
+    n = first + 2 * bm + int(rng.integers(0, bm))
+    g = lambda: torch.from_numpy(rng.standard_normal((h, n, 16))).float()  # noqa: E731
+    q, k, v = g(), g(), g()
+    k[:, :bn], v[:, :bn] = float("nan"), float("nan")
+    return q, k, v, _alibi_slopes(h) * float(rng.uniform(1, 4)), window, bm, bn, first
+
+
+def _skipped_rows_reference(q, k, v, slopes, window, block_m, block_n, first):
+    k, v = k.nan_to_num(), v.nan_to_num()                                # the rows compared never see block 0
+    return _swa_alibi(q, k, v, slopes, window)[:, first:]
+
+
 def check_swa_alibi_attention(fn: Callable, *, trials: int = 5, seed: int | None = None, quiet: bool = False) -> None:
     """Exercise 7: ``fn(q, k, v, slopes, window, block_m, block_n) -> o`` (H, L, D) float32, by a Triton kernel."""
     def variant(**change):
@@ -162,7 +191,25 @@ def check_swa_alibi_attention(fn: Callable, *, trials: int = 5, seed: int | None
     ]
     check_function(fn, _reference_swa_alibi_attention, _swa_inputs_maker(), name="swa_alibi_attention", trials=trials,
                    seed=seed, n=64, mistakes=mistakes, forbidden=FORBIDDEN_KERNEL + _own(), by_hand=BY_HAND_SWA_ALIBI,
-                   quiet=quiet)
+                   quiet=True)
+    # The structure: the key loop skips the blocks outside the window, measured with NaN in key block 0 (see
+    # _skip_inputs). Not watched: the trials above watched the same function; this one costs a single launch.
+    name = "swa_alibi_attention"
+
+    def skipped_rows(q, k, v, slopes, window, block_m, block_n, first):
+        o = call_learner(name, fn, (q, k, v, slopes, window, block_m, block_n))
+        if isinstance(o, torch.Tensor) and o.shape == q.shape and torch.isnan(o[:, first:]).any():
+            raise CheckFailed(f"{name}: with NaN in key block 0, rows {first} and later came out NaN although their "
+                              f"windows (window={window}) start a whole key block after it: your kernel loads key blocks outside the "
+                              f"window and only masks them; skip them instead (start the key loop at the block the "
+                              f"window of the query block's first row touches), as exercise 3 counted.")
+        return o[:, first:] if isinstance(o, torch.Tensor) else o
+
+    check_function(skipped_rows, _skipped_rows_reference, _skip_inputs, name=f"{name} (key blocks outside the window "
+                   "skipped)", trials=1, seed=seed, n=64, check_inputs_unchanged=False, quiet=True)
+    if not quiet:
+        print(f"✅ {name}: matches the reference on {trials} random inputs, and its key loop skips the blocks outside "
+              f"the window.")
 
 
 # ---------------------------------------------------------------- exercise 8: the backward with atomic dQ
@@ -220,4 +267,7 @@ def check_flash_backward_atomic(fn: Callable, *, trials: int = 4, seed: int | No
     ]
     check_function(fn, _reference_flash_backward_atomic, _backward_inputs_maker(), name="flash_backward_atomic",
                    trials=trials, seed=seed, n=64, mistakes=mistakes, forbidden=FORBIDDEN_KERNEL + _own(),
-                   by_hand=BY_HAND_FLASH_BACKWARD_ATOMIC, quiet=quiet)
+                   by_hand=BY_HAND_FLASH_BACKWARD_ATOMIC, quiet=True)
+    if not quiet:
+        print(f"✅ flash_backward_atomic: matches the reference on {trials} random inputs, and every element of dQ was "
+              f"written by tl.atomic_add, none by tl.store (seen where Triton runs interpreted).")

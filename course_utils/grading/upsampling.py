@@ -5,7 +5,8 @@ Every check draws fresh inputs on each run (``seed=None``; a failure names the s
 includes edge sizes (an output of size 1, a single row, strides that divide exactly and not), and forbids
 the production op the exercise rebuilds (``F.interpolate``, ``F.conv_transpose2d``, ``F.pixel_unshuffle``,
 ``F.unfold``/``F.fold``...) and the course's own function for the same job. Exercises 3, 5 and 6 live in
-:mod:`course_utils.grading.upsampling_transposed` (re-exported here).
+:mod:`course_utils.grading.upsampling_transposed`, exercises 7 and 8 (the antialiased resize, nearest upsampling
+fused with a convolution) in :mod:`course_utils.grading.upsampling_filters` (re-exported here).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 
 from ..classroom.checking import Mistake, call_learner, check_function
 from ..upsampling import source_positions
+from .upsampling_filters import check_antialias_matrix, check_upsample_conv_fused
 from .upsampling_transposed import (CONV_OPS, check_conv_transpose_by_zero_insertion, check_overlap_counts,
                                     check_subpixel_weight)
 
@@ -28,6 +30,8 @@ __all__ = [
     "check_pixel_unshuffle",
     "check_overlap_counts",
     "check_subpixel_weight",
+    "check_antialias_matrix",
+    "check_upsample_conv_fused",
 ]
 
 _HERE = "course_utils.grading.upsampling."
