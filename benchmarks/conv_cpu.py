@@ -101,8 +101,14 @@ def gemm_square(n: int, threads: int, rounds: int, repeats: int, rng) -> dict:
     a = rng.standard_normal((n, n)).astype(np.float32)
     b = (rng.standard_normal((n, n)) / n ** 0.5).astype(np.float32)
     ours = cc.gemm_compiled_parallel if threads > 1 else cc.gemm_compiled
-    np.testing.assert_allclose(ours(a, b), a @ b, rtol=1e-4, atol=1e-4)
-    seconds = alternate({"compiled Goto GEMM (course)": lambda: ours(a, b), "np.matmul": lambda: a @ b}, rounds, repeats)
+    # the library's blocks, and lesson 03 section 6's deeper panel: kc = 512 with eq. (6)'s mc and nc for it
+    deep = blk.goto_block_sizes(dict(mach.sane_caches(blk.cache_sizes()), L1d=2 * 512 * (cc.MR + cc.NR) * 4), 4, cc.MR, cc.NR)
+    deep = {k: deep[k] for k in ("mc", "kc", "nc")}
+    for blocks in ({}, deep):
+        np.testing.assert_allclose(ours(a, b, **blocks), a @ b, rtol=1e-4, atol=1e-4)
+    seconds = alternate({"compiled Goto GEMM (course)": lambda: ours(a, b),
+                         f"compiled, kc={deep['kc']} mc={deep['mc']}": lambda: ours(a, b, **deep),
+                         "np.matmul": lambda: a @ b}, rounds, repeats)
     return {"shape": f"{n}x{n}x{n}", "gflop": 2 * n ** 3 / 1e9,
             "rungs": summarize(2 * n ** 3, seconds, "np.matmul", None)}
 

@@ -180,7 +180,9 @@ def test_tolerance_grows_with_accumulation_length_but_not_for_a_16_bit_accumulat
     assert tolerance_for(torch.float32, 16) == TOLERANCES["float32"]
     r, _ = tolerance_for(torch.float32, 1 << 20)
     assert TOLERANCES["float32"][0] < r < 1e-3
-    x = torch.randn(1 << 14, dtype=torch.float64)
+    # positive terms (a pinned draw): the fp16 running sum stalls once its spacing passes the terms (2048 and up),
+    # far outside any fp32 tolerance; zero-mean terms let it pass by luck on some draws
+    x = torch.rand(1 << 14, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) + 0.5
     exact = x.sum()
     r32, a32 = tolerance_for(torch.float32, x.numel())
     assert torch.allclose(x.float().sum().double(), exact, rtol=r32, atol=a32)       # fp32 accumulator passes

@@ -502,17 +502,17 @@ def test_dq_not_accumulated_by_atomics_is_refused(variant, fragment, request):
 
 
 def test_the_write_log_judges_addresses():
-    from course_utils.classroom.triton_writes import WriteLog, verdict
+    from course_utils.classroom.triton_writes import WriteLog, atomic_write_problem
 
     dq, log = torch.zeros(4), WriteLog()
-    assert verdict(log, (dq,), 0, "dQ") is None                 # nothing interpreted (a GPU): nothing to measure
+    assert atomic_write_problem(log, (dq,), 0, "dQ") is None                 # nothing interpreted (a GPU): nothing to measure
     every = np.array([dq.data_ptr() + 4 * i for i in range(4)], dtype=np.uint64)
     log.note("add", every, np.array([True, True, True, False]))  # masked lanes write nothing
-    assert "on only 3 of the 4 elements" in verdict(log, (dq,), 0, "dQ")
+    assert "on only 3 of the 4 elements" in atomic_write_problem(log, (dq,), 0, "dQ")
     log.note("add", every, None)
-    assert verdict(log, (dq,), 0, "dQ") is None
+    assert atomic_write_problem(log, (dq,), 0, "dQ") is None
     log.note("store", every[2:3], None)
-    assert "at its element 2" in verdict(log, (dq,), 0, "dQ")
+    assert "at its element 2" in atomic_write_problem(log, (dq,), 0, "dQ")
 
 
 def test_flash_backward_atomic_order_changes_the_bits_of_dq_only(sol):

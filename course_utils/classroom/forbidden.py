@@ -546,10 +546,10 @@ class _Watch:
                 raise WatchHit(self.hit) from exc
             raise
         if writes is not None and self.hit is None:
-            from .triton_writes import verdict
+            from .triton_writes import atomic_write_problem
 
             for index in self.spec.atomic_outputs:
-                why = verdict(writes, result, index, self.spec.atomic_what)
+                why = atomic_write_problem(writes, result, index, self.spec.atomic_what)
                 if why:
                     self._refuse(why)
         return self.unwrap(result)

@@ -4,7 +4,7 @@ Used by :mod:`course_utils.classroom.forbidden` for ``ByHand(atomic_outputs=...)
 result be *accumulated with atomics* (problem set 06's dQ by ``tl.atomic_add``) names which of the learner's
 returned tensors that is. Under Triton's CPU interpreter every store, atomic and compare-and-swap of a kernel goes
 through three functions of the interpreter's C module; while the watch is on, a stand-in records the addresses each
-one writes. After the call the watch asks :func:`verdict`: a plain store (``tl.store``, ``tl.atomic_xchg``,
+one writes. After the call the watch asks :func:`atomic_write_problem`: a plain store (``tl.store``, ``tl.atomic_xchg``,
 ``tl.atomic_cas``) into the named tensor is refused, and so is a tensor that the kernels' atomic adds do not cover
 element by element (an unused ``tl.atomic_add``, or a result computed outside the kernel). A comment or a dead call
 changes nothing: what counts is where the kernels' writes land.
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["WriteLog", "verdict"]
+__all__ = ["WriteLog", "atomic_write_problem"]
 
 
 class _Recording:
@@ -75,7 +75,7 @@ class WriteLog:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
 
 
-def verdict(log: WriteLog, result: Any, index: int, what: str) -> str | None:
+def atomic_write_problem(log: WriteLog, result: Any, index: int, what: str) -> str | None:
     """Why ``result[index]`` was not accumulated with atomic adds by the kernels, as the watch's hit ("your code
     calls ..."), or None when it was (or when no kernel was interpreted, so nothing could be seen)."""
     if not log.writes["store"] and not log.writes["add"]:
