@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 
@@ -116,10 +117,12 @@ def test_nbgrader_layout_roster_deadline_and_feedback(tmp_path):
     nbformat.write(toy_problem_set(), pristine)
     _nbgrader_class(tmp_path / "course", toy_problem_set())
     out = tmp_path / "book"
-    done = subprocess.run([sys.executable, "-m", "course_utils", "grade-class", str(tmp_path / "course"), "--pristine", str(pristine),
-                           "--out", str(out), "--roster", str(tmp_path / "course" / "roster.csv"),
+    # paths relative to the instructor's folder, as typed at a prompt (each submission grades in a folder of its own)
+    done = subprocess.run([sys.executable, "-m", "course_utils", "grade-class", "course", "--pristine", "toy.ipynb",
+                           "--out", "book", "--roster", "course/roster.csv",
                            "--deadline", "2026-12-01T23:59:00+00:00", "--cell-timeout", "30"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)})
     assert done.returncode == 0, done.stderr[-2000:]
     book = {r["learner"]: r for r in json.loads((out / "gradebook.json").read_text())["learners"]}
     assert {k: (r["submission"], r["total"], r["late"]) for k, r in book.items()} == {

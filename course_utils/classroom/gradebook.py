@@ -114,7 +114,8 @@ def grade_one(path: Path, pristine: Path, exercises, cell_timeout: float, wall_l
                           f"(nothing in it was graded).")
     with tempfile.TemporaryDirectory(prefix="l2k-class-") as tmp:
         out = Path(tmp) / "report.json"
-        command = [sys.executable, "-m", "course_utils", "grade", str(path), "--pristine", str(pristine),
+        # the child runs in its own temporary folder: paths relative to the caller's folder would not resolve there
+        command = [sys.executable, "-m", "course_utils", "grade", str(Path(path).resolve()), "--pristine", str(Path(pristine).resolve()),
                    "--cell-timeout", str(cell_timeout), "--json", str(out)] + (["--no-sandbox"] if sandbox is False else [])
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=wall_limit,
