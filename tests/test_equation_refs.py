@@ -29,7 +29,6 @@ CONTEXT = re.compile(r"(?:lesson|topic)\s+([0-9]{2}[a-c]?)|\b([0-9]{2}[a-c]?)_[a
 # sequence changes, so whoever renumbers a lesson removes it from here. Owners: 05 and 06 (other
 # helpers), 11 (eq. 6 is displayed after 7-8).
 KNOWN_OUT_OF_ORDER = {
-    "06": ["1", "2", "3", "5a", "4", "5", "7", "6", "8", "9", "10", "11", "12", "15", "16", "13", "14"],
     "11": ["1", "2", "3", "4", "5", "7", "8", "6", "9", "10", "11", "12", "13", "14"],
 }
 
