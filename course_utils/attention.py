@@ -21,7 +21,7 @@ query ``i`` see keys ``j <= i`` (``L_q == L_k``). Lesson 06's equations:
    S = \tau\, Q K^\top \quad (1) \qquad P = \operatorname{softmax}_{\text{rows}}(S) \quad (2) \qquad O = P V \quad (3)
 
 The tiled forward keeps, per query row, a running max :math:`m`, a running sum :math:`\ell` and an
-unnormalised accumulator; a new block of scores :math:`S^{(j)}` updates them as (eq. 6)
+unnormalised accumulator; a new block of scores :math:`S^{(j)}` updates them as (eq. 7)
 
 .. math::
 
@@ -118,7 +118,7 @@ def online_softmax(s: np.ndarray, block: int = 1) -> tuple[np.ndarray, np.ndarra
 
 
 def merge_states(m1, l1, acc1, m2, l2, acc2):
-    """Merge two partial attention states over disjoint key sets (eq. 7).
+    """Merge two partial attention states over disjoint key sets (eq. 6).
 
     A state is ``(m, l, acc)``: row max of the scores, sum of ``exp(s - m)``, and the *unnormalised*
     output ``sum_j exp(s_j - m) v_j`` of shape ``(..., D)``. Works on NumPy arrays and tensors.
@@ -157,7 +157,7 @@ def flash_attention_forward_numpy(q, k, v, causal: bool = False, scale: float | 
             if causal:
                 keep = _causal_mask(bm, s.shape[-1], i0, j0)
                 s = xp.where(torch.from_numpy(keep).to(s.device) if xp is torch else keep, s, -math.inf)
-            m_new = xp.maximum(m, xp.amax(s, -1))  # eq. (6)
+            m_new = xp.maximum(m, xp.amax(s, -1))  # eq. (7)
             alpha = xp.exp(m - m_new)  # rescales what was accumulated under the old max
             p = xp.exp(s - m_new[..., None])  # (..., bm, bn)
             l = alpha * l + p.sum(-1)

@@ -29,7 +29,7 @@ def attention_flops(b: int, h: int, lq: int, lk: int, d: int, causal: bool = Fal
 
 
 def score_matrix_bytes(b: int, h: int, l: int, itemsize: int = 4) -> int:
-    """Bytes of S and P together in rung 1: two ``(B, H, L, L)`` arrays (lesson 06, eq. 5a)."""
+    """Bytes of S and P together in rung 1: two ``(B, H, L, L)`` arrays (lesson 06, eq. 3a)."""
     return 2 * b * h * l * l * itemsize
 
 
@@ -43,14 +43,14 @@ def sram_block_size(sram_elements: int, d: int) -> int:
 
 
 def naive_attention_io(l: int, d: int) -> int:
-    """Global-memory element reads + writes of materialised attention, per head (lesson 06, eq. 13; eqs. 1-3
+    """Global-memory element reads + writes of materialised attention, per head (lesson 06, eq. 15; eqs. 1-3
     as three kernels):
     read Q, K, write S; read S, write P; read P, V, write O: ``4 L d + 4 L^2``."""
     return (2 * l * d + l * l) + (2 * l * l) + (l * l + l * d + l * d)
 
 
 def flash_attention_io(l: int, d: int, sram_elements: int) -> int:
-    """Global-memory element reads + writes of the tiled forward, per head (lesson 06, eq. 14): Q read once, O and lse written
+    """Global-memory element reads + writes of the tiled forward, per head (lesson 06, eq. 16): Q read once, O and lse written
     once, K and V read once per query block: ``2 L d + L + 2 L d * ceil(L / B)`` with ``B`` from
     :func:`sram_block_size` (capped at L)."""
     b = min(sram_block_size(sram_elements, d), l)

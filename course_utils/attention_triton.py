@@ -9,10 +9,10 @@ Used by:
 * ``benchmarks/attention_gpu.py`` -- :func:`flash_attention_triton` and :func:`flash_attention` (forward and
   forward + backward) against ``scaled_dot_product_attention``.
 
-The kernel is the tiled forward of ``course_utils.attention.flash_attention_forward_numpy`` (eq. 6 of lesson
+The kernel is the tiled forward of ``course_utils.attention.flash_attention_forward_numpy`` (eq. 7 of lesson
 06) with one program per block of query rows, exponentials in base 2 and a causal mask applied only to
 the key blocks that straddle the diagonal. Grouped-query attention: ``k``, ``v`` may have ``H_kv`` heads
-dividing ``q``'s ``H_q``; query head ``h`` reads key/value head ``h // (H_q / H_kv)`` (eq. 15). On a CPU,
+dividing ``q``'s ``H_q``; query head ``h`` reads key/value head ``h // (H_q / H_kv)`` (eq. 13). On a CPU,
 Triton runs in its interpreter: compute in fp32 (its bf16 is wrong) with GPU-legal block sizes (powers of
 two >= 16). Importing this module switches to the interpreter on the CPU tier first, as ``setup()`` does.
 """
@@ -78,7 +78,7 @@ if triton is not None:
     def attention_tile_step(q, m_i, l_i, acc, k_base, v_base, start_n, offs_m, offs_n, offs_d, seqlen_k,
                             stride_kn, stride_vn, scale_log2e,
                             CAUSAL_TILE: tl.constexpr, DOT_PRECISION: tl.constexpr):
-        # One key block of eq. (6) for a (BLOCK_M, HEAD_DIM) query tile; returns the updated (m, l, acc).
+        # One key block of eq. (7) for a (BLOCK_M, HEAD_DIM) query tile; returns the updated (m, l, acc).
         cols = start_n + offs_n  # (BLOCK_N,)
         n_ok = cols < seqlen_k  # ragged last key block
         kt = tl.load(k_base + cols[None, :] * stride_kn + offs_d[:, None],
@@ -88,7 +88,7 @@ if triton is not None:
         if CAUSAL_TILE:  # only tiles that straddle the diagonal pay for the causal mask
             keep = keep & (cols[None, :] <= offs_m[:, None])
         s = tl.where(keep, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))  # eq. (6); finite: key 0 is visible to every row
+        m_new = tl.maximum(m_i, tl.max(s, 1))  # eq. (7); finite: key 0 is visible to every row
         alpha = tl.exp2(m_i - m_new)  # rescales what was accumulated under the old max
         p = tl.exp2(s - m_new[:, None])  # (BLOCK_M, BLOCK_N)
         l_i = l_i * alpha + tl.sum(p, 1)

@@ -124,12 +124,12 @@ def sampling_timesteps(T: int, n_steps: int) -> list[int]:
 
 # ---------------------------------------------------------------- the reverse steps (eqs. 5-9)
 def predict_x0(x_t, eps, alpha_bar_t: float):
-    r"""Eq. (6): :math:`\hat x_0 = (x_t - \sqrt{1-\bar\alpha_t}\,\epsilon) / \sqrt{\bar\alpha_t}`."""
+    r"""Eq. (8): :math:`\hat x_0 = (x_t - \sqrt{1-\bar\alpha_t}\,\epsilon) / \sqrt{\bar\alpha_t}`."""
     return (x_t - math.sqrt(1.0 - alpha_bar_t) * eps) / math.sqrt(alpha_bar_t)
 
 
 def posterior_mean_variance(x0, x_t, alpha_bar_t: float, alpha_bar_prev: float):
-    r"""Mean and variance of :math:`q(x_{t'} \mid x_t, x_0)` for the jump from t to t' < t (eqs. 7-8).
+    r"""Mean and variance of :math:`q(x_{t'} \mid x_t, x_0)` for the jump from t to t' < t (eqs. 6-7).
 
     With :math:`\alpha = \bar\alpha_t / \bar\alpha_{t'}` and :math:`\beta = 1 - \alpha` (one DDPM step
     when t' = t-1), the mean is

@@ -7,9 +7,9 @@ problem set's references). Lesson equations:
 * (1) FLOPs :math:`=2MNK`; (2) minimum bytes :math:`=(MK+KN+MN)\,s` for element size :math:`s`;
   (3) intensity = (1)/(2);
 * (4) the grouped program order (:func:`grouped_tile`);
-* (5) the swizzle: 16-byte chunk bits ``[4, 4+b)`` XOR address bits ``[7, 7+b)`` with
-  :math:`b=\log_2(\text{mode}/16)` (:func:`swizzle`);
-* (6) the pipeline model's steady-state step time :math:`\max(C, L, (L+\lambda+C)/S)` (:func:`pipeline_timeline`).
+* (5) the pipeline model's steady-state step time :math:`\max(C, L, (L+\lambda+C)/S)` (:func:`pipeline_timeline`);
+* (6) the swizzle: 16-byte chunk bits ``[4, 4+b)`` XOR address bits ``[7, 7+b)`` with
+  :math:`b=\log_2(\text{mode}/16)` (:func:`swizzle`).
 
 NumPy only (and ``course_utils.bench``'s counters): no torch, no Triton.
 """
@@ -160,7 +160,7 @@ SWIZZLE_MODES = (0, 32, 64, 128)  # bytes; 0 = no swizzle ("interleave": 8x16-by
 
 
 def swizzle(byte_addr, mode: int):
-    """Eq. (5): Hopper's shared-memory swizzle of a byte address (vectorized).
+    """Eq. (6): Hopper's shared-memory swizzle of a byte address (vectorized).
 
     Bits ``[4, 4+b)`` (which 16-byte chunk in a row) are XORed with bits ``[7, 7+b)`` (which
     128-byte line), ``b = log2(mode / 16)``: 32 B -> 1 bit, 64 B -> 2, 128 B -> 3; 0 -> unchanged.

@@ -125,7 +125,7 @@ def test_q_sample_closed_form_matches_simulated_chain():
 
 
 def test_posterior_mean_variance_is_the_gaussian_conditional():
-    """Check eqs. (7-8) against conditioning the joint Gaussian of (x_{t-1}, x_t) given x0 directly."""
+    """Check eqs. (6-7) against conditioning the joint Gaussian of (x_{t-1}, x_t) given x0 directly."""
     ab_t, ab_prev = 0.3, 0.45
     a = ab_t / ab_prev
     x0, xt = torch.tensor([0.7]), torch.tensor([-0.2])

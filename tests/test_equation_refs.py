@@ -26,13 +26,9 @@ MORE = re.compile(rf"(?:-|–|,|and|to)\s*{NUM}")
 CONTEXT = re.compile(r"(?:lesson|topic)\s+([0-9]{2}[a-c]?)|\b([0-9]{2}[a-c]?)_[a-z_]+\.ipynb", re.IGNORECASE)
 
 # Lessons whose tags are known to run out of order, with the sequence they have today: the test fails when the
-# sequence changes, so whoever renumbers a lesson removes it from here. Owners: 05 and 06 (other
-# helpers), 11 (eq. 6 is displayed after 7-8).
-KNOWN_OUT_OF_ORDER = {
-    "05": ["1", "2", "3", "4", "6", "5"],
-    "06": ["1", "2", "3", "5a", "4", "5", "7", "6", "8", "9", "10", "11", "12", "15", "16", "13", "14"],
-    "11": ["1", "2", "3", "4", "5", "7", "8", "6", "9", "10", "11", "12", "13", "14"],
-}
+# sequence changes, so whoever renumbers a lesson removes it from here. None today: 03, 05, 06 and 11 were
+# renumbered.
+KNOWN_OUT_OF_ORDER: dict[str, list[str]] = {}
 
 
 # Mentions known not to resolve today (lesson -> the numbers), owned by other helpers; the test fails when they change.

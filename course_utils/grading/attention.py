@@ -207,7 +207,7 @@ def check_flash_forward_lse(fn: Callable, *, trials: int = 5, seed: int | None =
 
     mistakes = [
         Mistake("no_max", f"exp overflowed: a score here exceeds {FP64_EXP_OVERFLOW:.0f}, where float64's exp is inf. "
-                "Keep the running max m and exponentiate s - m_new (eq. 6).",
+                "Keep the running max m and exponentiate s - m_new (eq. 7).",
                 lambda q, k, v, b: _online(q, k, v, b, track_max="none", lse="nomax")),
         Mistake("first_block_max", "you kept the first block's max: update m = max(m, rowmax(s)) for every block and "
                 "rescale l and acc by exp(m_old - m_new).", lambda q, k, v, b: _online(q, k, v, b, track_max="first")),

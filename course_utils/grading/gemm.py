@@ -120,9 +120,9 @@ def check_smem_address(fn: Callable, *, trials: int = 4, seed: int | None = None
     check_function(
         fn, _reference_smem_address, _smem_inputs(), name="swizzled shared-memory address", trials=trials, seed=seed, quiet=quiet,
         forbidden=("course_utils.gemm_models.smem_layout_addresses", "course_utils.grading.gemm._reference_smem_address"),
-        by_hand=ByHand(allow=("course_utils.gemm_models.swizzle",)),  # eq. (5) is the lesson's; the atoms are the exercise
+        by_hand=ByHand(allow=("course_utils.gemm_models.swizzle",)),  # eq. (6) is the lesson's; the atoms are the exercise
         mistakes=[
-            Mistake("no swizzle", "the atoms are right but the swizzle is missing: apply eq. (5) to the final address.", no_swizzle),
+            Mistake("no swizzle", "the atoms are right but the swizzle is missing: apply eq. (6) to the final address.", no_swizzle),
             Mistake("no atoms", "the tile is not cut into atoms: with a mode narrower than 128 bytes, atom j = chunk // (mode // 16) holds all rows, mode bytes each.",
                     lambda r, c, rows, mode: swizzle(r * 128 + c * 16, mode)),
             Mistake("128 swizzle", "the swizzle must use the same mode as the atoms (b = log2(mode / 16) bits).",
