@@ -76,7 +76,8 @@ def resolve(lesson: str, number: str) -> bool:
 
 def module_lesson(path: Path) -> str | None:
     doc = ast.get_docstring(ast.parse(path.read_text())) or ""
-    m = re.search(r"notebooks/([0-9]{2}[a-c]?)_", doc) or re.search(r"(?:Topic|[Ll]esson)\s+([0-9]{2}[a-c]?)\b", doc.split("\n")[0])
+    m = (re.search(r"notebooks/([0-9]{2}[a-c]?)_", doc) or re.search(r"(?:[Tt]opic|[Ll]esson)\s+([0-9]{2}[a-c]?)\b", doc.split("\n")[0])
+         or re.search(r"solutions/([0-9]{2})_", doc))
     return m.group(1) if m else None
 
 
