@@ -211,3 +211,13 @@ def solution_cells_module(tmp_path_factory, slug: str, grade_ids, header: str, r
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def gpu_compiler(*, allow_module_level: bool = False):
+    """``course_utils.gpu_compile`` when the triton wheel carries the CUDA tools (ptxas), else a skip that says why."""
+    gc = pytest.importorskip("course_utils.gpu_compile")
+    try:
+        gc._bin("ptxas")
+    except gc.CompileError as exc:  # pragma: no cover - a triton wheel without the CUDA tools (macOS, Arm)
+        pytest.skip(str(exc), allow_module_level=allow_module_level)
+    return gc

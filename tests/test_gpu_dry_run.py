@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 GPU_BRANCH = re.compile(r"env\.(on_gpu|is_hopper|pick|size|tier|arch|sms|low_precision)\b|torch\.cuda\.")
 
-# Notebooks whose GPU branches run under the simulated tiers (each at a simulated sm_90 and a T4), at the CPU tier's
+# Notebooks whose GPU branches run under the simulated tiers (which ones: PLAN below), at the CPU tier's
 # sizes (env.size). The one statement a simulated tier cannot run: 08's torch.cuda.reset_peak_memory_stats() (no
 # allocator to reset without a CUDA device; the cell guards it with torch.cuda.is_available(), and the counters it
 # then reads are 0). The solutions have no GPU branch (checked below).
@@ -27,9 +27,12 @@ DRY_RUN = ["notebooks/00_foundations.ipynb", "notebooks/01_floating_point.ipynb"
            "notebooks/06_flash_attention.ipynb", "notebooks/08_training_memory.ipynb"]
 
 
+def _code_cells(path: Path) -> list[str]:
+    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+
+
 def _has_gpu_branch(path: Path) -> bool:
-    cells = json.loads(path.read_text())["cells"]
-    return any(c["cell_type"] == "code" and GPU_BRANCH.search("".join(c["source"])) for c in cells)
+    return any(GPU_BRANCH.search(src) for src in _code_cells(path))
 
 
 def test_every_notebook_with_gpu_branches_is_dry_run():
@@ -69,10 +72,6 @@ ARCH_BRANCH = re.compile(r"env\.(arch|is_hopper|sms|low_precision)\b")
 TIER_READING = re.compile(r"\b(detect_tier|simulated)\(")
 
 
-def _code_cells(path: Path) -> list[str]:
-    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
-
-
 def _tier_reading_modules() -> set[str]:
     return {p.stem for p in (ROOT / "course_utils").glob("*.py") if p.stem != "env" and TIER_READING.search(p.read_text())}
 
@@ -84,7 +83,7 @@ def tiers_for(notebook: str) -> list[str]:
 def stop_after(notebook: str) -> int | None:
     """Index (among all cells) of the last cell the dry run executes; None for the whole notebook."""
     cells = json.loads((ROOT / notebook).read_text())["cells"]
-    sources = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    sources = "".join(_code_cells(ROOT / notebook))
     if any(re.search(rf"\bcourse_utils(\.| import .*\b){m}\b", sources) for m in _tier_reading_modules()):
         return None
     return max(i for i, c in enumerate(cells) if c["cell_type"] == "code" and GPU_BRANCH.search("".join(c["source"])))
