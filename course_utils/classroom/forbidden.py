@@ -52,15 +52,26 @@ from typing import Any, Iterable
 
 import numpy as np
 
-try:
-    import torch
-    from torch.overrides import TorchFunctionMode
-    from torch.utils._python_dispatch import TorchDispatchMode
-except ImportError:  # pragma: no cover
-    torch = None
-    TorchFunctionMode = TorchDispatchMode = object
-
 from ..errors import ForbiddenCall
+
+# torch is imported when the first watch is made (_load_torch), not with this module: a learner's kernel that runs
+# no by-hand check (the toy problem sets, a NumPy-only set) need not pay torch's import for an error's line number.
+torch = None
+TorchFunctionMode = TorchDispatchMode = object
+
+
+def _load_torch() -> None:
+    global torch, TorchFunctionMode, TorchDispatchMode
+    if torch is not None:
+        return
+    try:
+        import torch as _torch
+        from torch.overrides import TorchFunctionMode as _function_mode
+        from torch.utils._python_dispatch import TorchDispatchMode as _dispatch_mode
+    except ImportError:  # pragma: no cover
+        return
+    torch, TorchFunctionMode, TorchDispatchMode = _torch, _function_mode, _dispatch_mode
+
 
 __all__ = ["ByHand", "ForbiddenCall", "WHOLE_RESULT_OPS", "forbidden_message", "learner_line", "watch"]
 
@@ -246,6 +257,7 @@ class _Watch:
     """The context manager behind :func:`watch`. ``hit`` is the first refused call, in words, or None."""
 
     def __init__(self, spec: Any):
+        _load_torch()  # before the learner's code runs under the watch, so that torch's modes watch it
         self.spec = ByHand.of(spec) or ByHand()
         self.hit: str | None = None
         self.largest: tuple[int, str] | None = None

@@ -221,6 +221,7 @@ def _client(nb, path: Path, cell_timeout: float, startup_timeout: float, kernel_
         kernel_name=kernel_name,
         allow_errors=True,
         interrupt_on_timeout=True,
+        shutdown_kernel="immediate",  # nothing the learner's kernel does after the last cell counts: kill it, do not wait
         error_on_timeout={"ename": "CellTimeout", "evalue": f"cell ran past {cell_timeout} s", "traceback": []},
         resources={"metadata": {"path": str(path.resolve().parent)}},
     )
