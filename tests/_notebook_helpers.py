@@ -46,3 +46,67 @@ def toy_problem_set(double_body: str = "return 2 * x", triple_body: str = "retur
         nbformat.v4.new_code_cell(CHECK_TRIPLE, metadata=nbgrader("ex2_triple_check", grade=True, points=3)),
     ]
     return nb
+
+
+def nbval_differences(executed, committed, *, skip_cells=()) -> list[str]:
+    """How the fresh outputs of ``executed`` differ from the committed outputs of ``committed``, compared as
+    ``pytest --nbval`` compares them (the same option tags and comment markers, the same stream handling, the
+    sanitizers of tests/nbval_sanitize.cfg, images not compared). Code cells in ``skip_cells`` (indices into
+    ``cells``) are not compared: the grader runs graded cells in its own process, not in the kernel.
+
+    Used where a solution's full-marks grading already executes every cell, so that nbval need not run it again."""
+    import re
+    from collections import defaultdict
+
+    from nbval.plugin import coalesce_streams, find_comment_markers, find_metadata_tags, get_sanitize_patterns
+    from nbval.plugin import transform_streams_for_comparison
+
+    from course_utils.paths import ROOT
+
+    patterns = get_sanitize_patterns((ROOT / "tests" / "nbval_sanitize.cfg").read_text())
+    skip = {"metadata", "traceback", "prompt_number", "output_type", "name", "execution_count", "image/png",
+            "image/jpeg", "application/vnd.jupyter.widget-view+json"}
+
+    def sanitize(value):
+        if isinstance(value, str):
+            for regex, replace in patterns:
+                value = re.sub(regex, replace, value)
+        return value
+
+    def flat(outputs):
+        out = defaultdict(list)
+        for output in transform_streams_for_comparison(coalesce_streams([nbformat.from_dict(o) for o in outputs])):
+            for key, value in output.items():
+                if key in skip:
+                    continue
+                if key == "data":
+                    for mime, data in value.items():
+                        if mime not in skip:
+                            out[mime].append(sanitize(data))
+                else:
+                    out[key].append(sanitize(value))
+        return dict(out)
+
+    problems, number = [], -1
+    for index, (ran, ref) in enumerate(zip(executed.cells, committed.cells)):
+        if ref.cell_type != "code":
+            continue
+        number += 1
+        options = dict(find_metadata_tags(ref.metadata))
+        options.update(dict(find_comment_markers(ref.source)))
+        if index in skip_cells or options.get("skip"):
+            continue
+        errors = [o for o in ran.outputs if o.get("output_type") == "error"]
+        if errors and not options.get("check_exception"):
+            problems.append(f"Cell {number} raised {errors[0].get('ename')}: {str(errors[0].get('evalue'))[:200]}")
+        if options.get("check", True) is False or ref.execution_count is None:  # nbval compares no unrun cell
+            continue
+        got, want = flat(ran.outputs), flat(ref.outputs)
+        if got != want:
+            keys = sorted(set(got) | set(want))
+            diff = next(k for k in keys if got.get(k) != want.get(k))
+            problems.append(f"Cell {number} ({diff}) differs: committed {str(want.get(diff))[:300]!r}, "
+                            f"fresh {str(got.get(diff))[:300]!r}")
+    if len(executed.cells) != len(committed.cells):
+        problems.append(f"{len(executed.cells)} cells ran, {len(committed.cells)} committed")
+    return problems

@@ -86,6 +86,9 @@ class GradeReport:
     exercises: list[ExerciseResult] = field(default_factory=list)
     seconds: float = 0.0
     cell_errors: list[dict] = field(default_factory=list)  # every error output: cell index, ename, evalue
+    # the submission as it ran: the learner's cells with their fresh outputs (graded cells run here, not there);
+    # not part of the report's JSON. The course's tests compare it with a solution's committed outputs, as nbval would.
+    executed: Any = field(default=None, repr=False, compare=False)
 
     @property
     def total(self) -> float:
@@ -352,6 +355,7 @@ def grade_notebook(path: Path | str, *, cell_timeout: float = DEFAULT_CELL_TIMEO
         if own_course is not None:
             shutil.rmtree(own_course, ignore_errors=True)
     report.seconds = time.monotonic() - started
+    report.executed = sub.nb
     for index, cell in enumerate(sub.nb.cells):
         error = error_of(cell) if cell.cell_type == "code" else None
         if error is not None:
