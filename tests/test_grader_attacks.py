@@ -143,3 +143,61 @@ def test_every_problem_set_gives_zero_to_wrong_answers_behind_every_trick(tmp_pa
     assert not any(e.status == "passed" for e in report.exercises)
     if solution.stem == "00_foundations":  # (once its own test, which graded problem set 00 a second time)
         assert {e.status for e in report.exercises[1:]} == {"failed"}, [(e.name, e.status) for e in report.exercises]
+
+
+def _set_02_up_to_exercise_1(tmp_path, name, ex1_source):
+    """Problem set 02 cut after exercise 1's graded cell (a driver of course_utils.classroom.released runs the
+    learner's loss scaler in their kernel, in one request), with exercise 1's answer cell replaced."""
+    nb = nbformat.read(ROOT / "solutions" / "02_mixed_precision.ipynb", as_version=4)
+    ex1 = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "ex1_dynamic_scaler")
+    nb.cells[ex1].source = ex1_source(nb.cells[ex1].source)
+    nb.cells = nb.cells[:ex1 + 2]
+    path = tmp_path / name
+    nbformat.write(nb, path)
+    report = grade_notebook(path, pristine=ROOT / "solutions" / "02_mixed_precision.ipynb", cell_timeout=120)
+    return status(report, "ex1_dynamic_scaler")
+
+
+WRONG_TRACE_DRIVER = """
+import course_utils.classroom.released as _r, torch as _t
+_r.drive_loss_scaler = lambda make, hyper, script: _r.scaler_trace(
+    [1.0] * len(script), [False] * len(script), [_t.zeros(17)] * len(script))
+"""
+TORCH_SCALER_DRIVER = """
+import course_utils.classroom.released as _r, torch as _t
+_drive = _r.drive_loss_scaler
+
+
+class _TorchScaler:
+    def __init__(self, **hyper):
+        self.inner = _t.amp.GradScaler("cpu", **hyper)
+        self.scale = hyper["init_scale"]
+
+    def unscale_(self, grads):
+        return False
+
+    def update(self, found_inf):
+        self.inner.update()
+        self.scale = float(self.inner.get_scale())
+
+
+_r.drive_loss_scaler = lambda make, hyper, script: _drive(_TorchScaler, hyper, script)
+"""
+
+
+@pytest.mark.parametrize("attack", ["named mistake", "driver replaced by a wrong trace", "driver replaced by GradScaler"])
+def test_a_driver_that_runs_in_the_learners_kernel_cannot_be_turned_into_a_pass(tmp_path, attack):
+    if attack == "named mistake":  # the driver in the kernel still lets the grader name the mistake
+        def source(s):
+            return s.replace("found_inf = found_inf or not bool(torch.isfinite(g).all())", "pass")
+        want = "was not reported"
+    elif attack == "driver replaced by a wrong trace":  # the verdict is the grader's comparison, not the driver's
+        def source(s):
+            return WRONG_TRACE_DRIVER + s
+        want = "ListLossScaler"
+    else:  # torch's own scaler reached from a replaced driver: the by-hand watch runs around the whole driver
+        def source(s):
+            return TORCH_SCALER_DRIVER + s
+        want = "torch.amp"
+    got = _set_02_up_to_exercise_1(tmp_path, "submission.ipynb", source)
+    assert got[:2] == ("failed", 0.0) and want in got[2], got

@@ -33,6 +33,7 @@ from ..checks import _close, _describe_value, _flatten, _is_array, _is_tensor, _
 from ..errors import CheckFailed, ForbiddenCall, NotAttempted
 from ..tolerances import TOLERANCES, _dtype_name, tolerance_for
 from .forbidden import ByHand, WatchHit, forbidden_message, learner_line, watch
+from .remote import RemoteDriver
 
 __all__ = ["ByHand", "Mistake", "check_function", "check_value", "call_learner", "fresh_seed", "tolerance_for",
            "TOLERANCES", "CheckFailed", "NotAttempted", "ForbiddenCall"]
@@ -90,7 +91,9 @@ def call_learner(name: str, fn: Callable, args: Sequence[Any] = (), kwargs: dict
     """
     kwargs = kwargs or {}
     spec = _watch_spec(forbidden, by_hand)
-    if spec is not None and isinstance(fn, functools.partial) and fn.args and hasattr(fn.args[0], "__course_remote_call__"):
+    if RemoteDriver.applies(fn):  # the driver runs in the learner's kernel, watched as a whole, in one request
+        fn = RemoteDriver(fn)
+    elif spec is not None and isinstance(fn, functools.partial) and fn.args and hasattr(fn.args[0], "__course_remote_call__"):
         # a driver (course_utils.classroom.released) around a grader's remote proxy: the watch goes with each call
         # of the learner's function, into the learner's kernel, and the driver itself runs here unwatched
         fn, spec = functools.partial(fn.func, _watched_remote(name, fn.args[0], spec), *fn.args[1:], **fn.keywords), None

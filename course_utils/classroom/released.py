@@ -258,6 +258,11 @@ def drive_loss_scaler(make_scaler, hyper, script):
     return scaler_trace(scales, skipped, unscaled)
 
 
+# The grader runs this driver in the learner's kernel, in one request (classroom.remote.RemoteDriver): the check
+# compares its whole result (every scale, skip and unscaled gradient) with torch's GradScaler on fresh inputs.
+drive_loss_scaler.runs_in_kernel = True
+
+
 def comparable_grads(grads, skip):
     """One step's unscaled gradients flattened to (17,), zeros for a skipped step, inf/NaN made comparable."""
     flat = torch.zeros(17) if skip else torch.cat([g.reshape(-1) for g in grads])  # (17,)

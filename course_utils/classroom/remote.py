@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RemoteObject", "RemoteError", "RemoteNotImplemented", "RemoteTimeout", "RemoteDead", "remote_error", "encode", "decode", "serve", "MAX_DEPTH"]
+__all__ = ["RemoteObject", "RemoteDriver", "RemoteError", "RemoteNotImplemented", "RemoteTimeout", "RemoteDead", "remote_error", "encode", "decode", "serve", "MAX_DEPTH"]
 
 
 
@@ -273,7 +273,9 @@ def serve(base: str) -> None:
 
 def _answer(request: dict, arrays: list) -> dict:
     op = request["op"]
-    if "handle" in request and request["handle"] is not None:
+    if request.get("function") is not None:  # a released driver (RemoteDriver), run here around the learner's object
+        target = request["function"]
+    elif "handle" in request and request["handle"] is not None:
         target = _HANDLES[request["handle"]]
     else:
         namespace = sys.modules["__main__"].__dict__
@@ -393,6 +395,34 @@ class RemoteObject:
 
     def __repr__(self):
         return f"<learner's {self._type_name} {self._name or ''}>".replace(" >", ">")
+
+
+class RemoteDriver:
+    """``functools.partial(driver, learner_object, ...)`` run in the learner's kernel as one request, instead of one
+    request per call the driver makes into the learner's object (set 02's loss scaler: about 2,200 requests and 28 s
+    of a 37 s grading). Only for a driver marked ``runs_in_kernel`` in :mod:`course_utils.classroom.released`: one
+    whose whole result the check compares with its reference here, so that a learner who replaced the driver in
+    their kernel would still have to compute the right result from the check's fresh inputs."""
+
+    def __init__(self, partial):
+        self._partial, self._learner = partial, partial.args[0]
+
+    def __course_remote_call__(self, args, kwargs, forbidden=()):
+        spec = tuple(forbidden) if isinstance(forbidden, (list, tuple, set, frozenset)) else forbidden
+        call_args = (*self._partial.args, *args)
+        call_kwargs = {**self._partial.keywords, **kwargs}
+        session = self._learner._session
+        reply, arrays = session.request({"op": "call", "function": self._partial.func, "name": None, "handle": None,
+                                         "args": call_args, "kwargs": call_kwargs, "forbidden": spec})
+        _write_back(reply.get("mutated", []), call_args, call_kwargs, arrays, session)
+        return decode(reply["value"], arrays, session), reply.get("hit")
+
+    @staticmethod
+    def applies(fn) -> bool:
+        import functools
+
+        return (isinstance(fn, functools.partial) and bool(fn.args) and hasattr(fn.args[0], "__course_remote_call__")
+                and getattr(fn.func, "runs_in_kernel", False) and fn.func.__module__ == "course_utils.classroom.released")
 
 
 def _main_global(name: str) -> Any:
