@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -209,7 +210,8 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     model = cpu_model(args.threads)
     info = provenance.machine_info(threads=args.threads, extra={"cpu_model": model, "numba": numba.__version__,
-                                                                 "rounds": args.rounds, "repeats": args.repeats})
+                                                                 "rounds": args.rounds, "repeats": args.repeats,
+                                                                 "load_average_at_start": os.getloadavg()})
     isa = model["isa"]
     print(f"{info['cpu']} | {args.threads} thread(s) | numpy {info['numpy']} | torch {info['torch']} | numba {numba.__version__}")
     print(f"{isa['isa']}, {isa['fp32_lanes']} lanes x {isa['fma_units']} FMA units, clock {model['clock_ghz_measured']:.2f} GHz "
@@ -228,6 +230,8 @@ def main(argv=None) -> int:
         results["layers"].append(result)
         print(f"\n{text}  ({result['gflop']:.3g} GFLOP; loops timed on {result['naive_timed_on']}, extrapolated)")
         print_rows(result["rungs"])
+    info["load_average_at_end"] = os.getloadavg()   # 1, 5, 15 minutes: other work on the machine while it ran
+    print(f"\nload average (1, 5, 15 min) at start {info['load_average_at_start']}, at end {info['load_average_at_end']}")
     if args.output:
         path = provenance.results_path("conv_cpu") if args.output == "auto" else Path(args.output)
         path.parent.mkdir(parents=True, exist_ok=True)
