@@ -16,7 +16,7 @@ compile time.
 
 Two details found by reading the assembly and timing (lesson section 6): an index computed at run time, such as
 ``c[i0 + i, j0 + j]``, may be negative as far as the compiler knows, so Numba adds a wrap-around fix-up to it and
-LLVM copies element by element; through a row view (``c[i0 + i, j0:j0 + cols]``) indexed by a loop counter it
+LLVM then works element by element; through a row view (``c[i0 + i, j0:j0 + cols]``) indexed by a loop counter it
 emits 512-bit vector moves, which the C write-back and ``pack_b_into`` use. And the micro-kernel prefetches its C
 tile (:func:`~course_utils.convolution_machine.prefetch`) before the k loop, so the tile's 24 cache lines, evicted
 since the last ``pc`` pass, arrive while the FMAs run instead of stalling the write-back.
@@ -83,7 +83,7 @@ def micro_kernel(kc, a_panel, b_panel, c, i0, j0, m_edge, n_edge):
             a = a_panel[p, i]
             for j in range(NR):
                 acc[i * NR + j] += a * b_panel[p, j]
-    for i in range(rows):                            # write back through a row view: vector adds, see below
+    for i in range(rows):                            # write back through a row view: vector adds (module docstring)
         c_row = c[i0 + i, j0:j0 + cols]
         for j in range(cols):
             c_row[j] += acc[i * NR + j]
