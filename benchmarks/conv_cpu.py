@@ -10,7 +10,8 @@ vectorized inner loops, 3 im2col + one NumPy GEMM, 4 im2col + the NumPy Goto-blo
 compiled (Numba) Goto GEMM, 4d the compiled direct (implicit-GEMM) convolution, 5
 torch.nn.functional.conv2d (the reference). Per layer it also times ``np.matmul`` on the layer's GEMM
 (``(C_out, K) @ (K, N*OH*OW)``, the column matrix built beforehand), and first the compiled GEMM against
-``np.matmul`` at 1024^3. All of it alternates in ``--rounds`` rounds (each rung the best of ``--repeats``
+``np.matmul`` at 1024^3 (the library's default blocks and panels of other depths, with each one's share of the
+measured peak). All of it alternates in ``--rounds`` rounds (each rung the best of ``--repeats``
 calls), so that a busy neighbour on a shared machine slows every rung of a round; ratios are per round and
 the table gives their median and range. The machine record (provenance.machine_info) adds the CPU's
 vector ISA, a measured clock, eq. (7)'s derived peak, the peak measured by a throughput loop of independent FMA
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -96,21 +98,34 @@ def summarize(flops: float, seconds: dict, matmul: str, conv2d: str | None) -> l
     return rows
 
 
-def gemm_square(n: int, threads: int, rounds: int, repeats: int, rng) -> dict:
-    """The compiled Goto GEMM (every FLOP in course_utils.convolution_compiled) against np.matmul at n^3, fp32."""
+def gemm_square(n: int, threads: int, rounds: int, repeats: int, rng, peak_gflops: float) -> dict:
+    """The compiled Goto GEMM (every FLOP in course_utils.convolution_compiled) against np.matmul at n^3, fp32.
+
+    Alternates np.matmul, the library's default blocks and panels of other depths (kc = 256 and 768, with eq. (6)'s
+    mc and nc for each, as in lesson 03 section 6); per rung the ratio to np.matmul and the share of
+    ``peak_gflops`` (the measured peak of the threads used), each as median and range over rounds.
+    """
     a = rng.standard_normal((n, n)).astype(np.float32)
     b = (rng.standard_normal((n, n)) / n ** 0.5).astype(np.float32)
     ours = cc.gemm_compiled_parallel if threads > 1 else cc.gemm_compiled
-    # the library's blocks, and lesson 03 section 6's deeper panel: kc = 512 with eq. (6)'s mc and nc for it
-    deep = blk.goto_block_sizes(dict(mach.sane_caches(blk.cache_sizes()), L1d=2 * 512 * (cc.MR + cc.NR) * 4), 4, cc.MR, cc.NR)
-    deep = {k: deep[k] for k in ("mc", "kc", "nc")}
-    for blocks in ({}, deep):
-        np.testing.assert_allclose(ours(a, b, **blocks), a @ b, rtol=1e-4, atol=1e-4)
-    seconds = alternate({"compiled Goto GEMM (course)": lambda: ours(a, b),
-                         f"compiled, kc={deep['kc']} mc={deep['mc']}": lambda: ours(a, b, **deep),
-                         "np.matmul": lambda: a @ b}, rounds, repeats)
-    return {"shape": f"{n}x{n}x{n}", "gflop": 2 * n ** 3 / 1e9,
-            "rungs": summarize(2 * n ** 3, seconds, "np.matmul", None)}
+    caches = mach.sane_caches(blk.cache_sizes())
+    rungs = {f"compiled, default kc={cc.BLOCKS['kc']} mc={cc.BLOCKS['mc']}": lambda: ours(a, b)}
+    for kc in (256, 768):
+        panel = blk.goto_block_sizes(dict(caches, L1d=2 * kc * (cc.MR + cc.NR) * 4), 4, cc.MR, cc.NR)
+        panel = {k: panel[k] for k in ("mc", "kc", "nc")}
+        np.testing.assert_allclose(ours(a, b, **panel), a @ b, rtol=1e-4, atol=1e-4)
+        rungs[f"compiled, kc={kc} mc={panel['mc']}"] = lambda panel=panel: ours(a, b, **panel)
+    np.testing.assert_allclose(ours(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    rungs["np.matmul"] = lambda: a @ b
+    seconds = alternate(rungs, rounds, repeats)
+    rows = summarize(2 * n ** 3, seconds, "np.matmul", None)
+    for row in rows:
+        shares = [bench.gflops(2 * n ** 3, t) / peak_gflops for t in row["seconds_per_round"]]
+        row["of_measured_peak"] = {"median": statistics.median(shares), "min": min(shares), "max": max(shares)}
+    compiled = [r for r in rows if r["name"].startswith("compiled")]
+    best = max(compiled, key=lambda r: r["vs_matmul"]["median"])
+    return {"shape": f"{n}x{n}x{n}", "gflop": 2 * n ** 3 / 1e9, "measured_peak_gflops": peak_gflops,
+            "best_compiled": best["name"], "rungs": rows}
 
 
 def run_shape(text: str, repeats: int, rounds: int, threads: int, rng) -> dict:
@@ -160,12 +175,15 @@ def cpu_model(threads: int) -> dict:
 
 
 def print_rows(rows: list[dict]) -> None:
-    print(f"{'rung':<32}{'time':>10}{'GFLOP/s':>11}  {'vs np.matmul':<28}{'vs F.conv2d':<28}(speed ratios, median [min, max])")
+    peak = "of_measured_peak" in rows[0]
+    print(f"{'rung':<32}{'time':>10}{'GFLOP/s':>11}  {'vs np.matmul':<28}"
+          f"{'of the measured peak' if peak else 'vs F.conv2d':<28}(median [min, max] over rounds)")
     for r in rows:
         cells = []
-        for key in ("vs_matmul", "vs_conv2d"):
+        for key in ("vs_matmul", "of_measured_peak" if peak else "vs_conv2d"):
             v = r.get(key)
-            cells.append(f"{v['median']:.3g} [{v['min']:.3g}, {v['max']:.3g}]" if v else "")
+            fmt = "{:.0%}" if key == "of_measured_peak" else "{:.3g}"
+            cells.append(f"{fmt.format(v['median'])} [{fmt.format(v['min'])}, {fmt.format(v['max'])}]" if v else "")
         print(f"{r['name']:<32}{bench.format_seconds(r['seconds']):>10}{r['gflops']:>11.3g}  {cells[0]:<28}{cells[1]:<28}")
 
 
@@ -192,7 +210,8 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     model = cpu_model(args.threads)
     info = provenance.machine_info(threads=args.threads, extra={"cpu_model": model, "numba": numba.__version__,
-                                                                 "rounds": args.rounds, "repeats": args.repeats})
+                                                                 "rounds": args.rounds, "repeats": args.repeats,
+                                                                 "load_average_at_start": os.getloadavg()})
     isa = model["isa"]
     print(f"{info['cpu']} | {args.threads} thread(s) | numpy {info['numpy']} | torch {info['torch']} | numba {numba.__version__}")
     print(f"{isa['isa']}, {isa['fp32_lanes']} lanes x {isa['fma_units']} FMA units, clock {model['clock_ghz_measured']:.2f} GHz "
@@ -201,14 +220,18 @@ def main(argv=None) -> int:
           f"{model['measured_peak_gflops_per_core']:.0f} per core; L3: {model['caches']['L3_note']}")
     results = {"gemm": None, "layers": []}
     if args.gemm_size:
-        results["gemm"] = gemm_square(args.gemm_size, args.threads, args.rounds, args.repeats, rng)
-        print(f"\nGEMM {results['gemm']['shape']} fp32, {args.rounds} rounds (ratio: median [min-max] over rounds)")
+        peak = model["measured_peak_gflops_per_core"] * args.threads
+        results["gemm"] = gemm_square(args.gemm_size, args.threads, args.rounds, args.repeats, rng, peak)
+        print(f"\nGEMM {results['gemm']['shape']} fp32, {args.rounds} rounds; measured peak {peak:.0f} GFLOP/s on "
+              f"{args.threads} thread(s); best compiled: {results['gemm']['best_compiled']}")
         print_rows(results["gemm"]["rungs"])
     for text in args.shapes:
         result = run_shape(text, args.repeats, args.rounds, args.threads, rng)
         results["layers"].append(result)
         print(f"\n{text}  ({result['gflop']:.3g} GFLOP; loops timed on {result['naive_timed_on']}, extrapolated)")
         print_rows(result["rungs"])
+    info["load_average_at_end"] = os.getloadavg()   # 1, 5, 15 minutes: other work on the machine while it ran
+    print(f"\nload average (1, 5, 15 min) at start {info['load_average_at_start']}, at end {info['load_average_at_end']}")
     if args.output:
         path = provenance.results_path("conv_cpu") if args.output == "auto" else Path(args.output)
         path.parent.mkdir(parents=True, exist_ok=True)

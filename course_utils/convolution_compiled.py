@@ -13,13 +13,20 @@ micro-panel) > ``ir`` (one ``MR x kc`` A micro-panel): the micro-kernel keeps an
 vector registers. ``MR x NR`` comes from this CPU's vector registers (lesson eq. 8): 6 x 64 with AVX-512
 (24 accumulators + 4 B vectors + 1 broadcast <= 32 registers); Numba bakes the module-level ``MR``/``NR`` in at
 compile time.
+
+Two details found by reading the assembly and timing (lesson section 6): an index computed at run time, such as
+``c[i0 + i, j0 + j]``, may be negative as far as the compiler knows, so Numba adds a wrap-around fix-up to it and
+LLVM then works element by element; through a row view (``c[i0 + i, j0:j0 + cols]``) indexed by a loop counter it
+emits 512-bit vector moves, which the C write-back and ``pack_b_into`` use. And the micro-kernel prefetches its C
+tile (:func:`~course_utils.convolution_machine.prefetch`) before the k loop, so the tile's 24 cache lines, evicted
+since the last ``pc`` pass, arrive while the FMAs run instead of stalling the write-back.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .convolution import conv_output_size
-from .convolution_machine import register_tile, register_tile_shape, vector_isa
+from .convolution_machine import prefetch, register_tile, register_tile_shape, vector_isa
 
 import numba  # noqa: E402  (Numba's options: env.configure_numba(), which setup() calls before this import)
 
@@ -28,7 +35,10 @@ __all__ = ["MR", "NR", "BLOCKS", "pack_a_into", "pack_b_into", "micro_kernel", "
 
 _ISA = vector_isa()
 MR, NR = register_tile_shape(_ISA["registers"], _ISA["fp32_lanes"])   # lesson eq. (8): 6 x 64 with AVX-512
-BLOCKS = dict(mc=192, kc=256, nc=2048)      # cache blocks: lesson eq. (6) and the kc sweep of section 6
+# cache blocks: kc = 512 from the kc sweep of lesson section 6 (deeper than eq. (6)'s L1 rule: the B micro-panel streams
+# from L2), then eq. (6) for mc and nc on this course's VM (1 MiB L2, 24 MiB of L3 after sane_caches): half of L2 holds
+# the mc x kc block of A, half of L3 the kc x nc panel of B
+BLOCKS = dict(mc=252, kc=512, nc=6144)
 _TILE = MR * NR
 # fastmath: "contract" lets LLVM fuse a*b+c into one FMA; no "reassoc", so it cannot reorder the k-sum, which is
 # what keeps it vectorizing the j-loop of the micro-kernel (the register tile) instead of the k-loop.
@@ -49,15 +59,22 @@ def pack_a_into(a, ic, pc, mc, kc, out):
 def pack_b_into(b, pc, jc, kc, nc, out):
     """B[pc:pc+kc, jc:jc+nc] -> out[panel, p, j]: NR-column micro-panels, k-major, zero-padded past column nc."""
     for panel in range((nc + NR - 1) // NR):
+        src = b[pc:pc + kc, jc + panel * NR:jc + min(nc, panel * NR + NR)]   # a view: row copies become vector moves
+        width = src.shape[1]
         for p in range(kc):
-            for j in range(NR):
-                col = panel * NR + j
-                out[panel, p, j] = b[pc + p, jc + col] if col < nc else 0.0
+            for j in range(width):
+                out[panel, p, j] = src[p, j]
+            for j in range(width, NR):
+                out[panel, p, j] = 0.0
 
 
 @numba.njit(inline="always", **_FLAGS)
 def micro_kernel(kc, a_panel, b_panel, c, i0, j0, m_edge, n_edge):
     """C[i0:i0+MR, j0:j0+NR] += a_panel.T @ b_panel, the MR x NR tile accumulated in registers (eq. 8)."""
+    rows, cols = min(MR, m_edge), min(NR, n_edge)    # the part of the tile inside C
+    for i in range(rows):                            # ask for C's tile now: it arrives during the k loop
+        for j in range(0, cols, 16):                 # one prefetch per 64-byte line (16 fp32)
+            prefetch(c, i0 + i, j0 + j)
     acc = register_tile(_TILE)                       # (MR*NR,) on the stack: the compiler keeps it in registers
     for t in range(_TILE):
         acc[t] = 0.0
@@ -66,9 +83,10 @@ def micro_kernel(kc, a_panel, b_panel, c, i0, j0, m_edge, n_edge):
             a = a_panel[p, i]
             for j in range(NR):
                 acc[i * NR + j] += a * b_panel[p, j]
-    for i in range(min(MR, m_edge)):                 # write back only the rows/columns inside C
-        for j in range(min(NR, n_edge)):
-            c[i0 + i, j0 + j] += acc[i * NR + j]
+    for i in range(rows):                            # write back through a row view: vector adds (module docstring)
+        c_row = c[i0 + i, j0:j0 + cols]
+        for j in range(cols):
+            c_row[j] += acc[i * NR + j]
 
 
 @numba.njit(**_FLAGS)

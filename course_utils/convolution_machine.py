@@ -10,9 +10,9 @@ from these), :mod:`course_utils.convolution_compiled` and ``benchmarks/conv_cpu.
 * :func:`register_tile_shape`: the largest ``mr x nr`` tile that fits the vector registers (lesson eq. 8);
 * :func:`sane_caches`: the sysfs cache sizes with a plausibility check on the last level (a virtual
   machine may report its host socket's whole L3);
-* :func:`prefer_wide_vectors`, :func:`prefer_workqueue_threads` and :func:`register_tile`: three Numba details (let
-  LLVM use 512-bit vectors; keep Numba's threads off torch's OpenMP pool; a small array on the stack, which the
-  compiler can keep in registers). The first two live in :mod:`course_utils.env`: :func:`~course_utils.env.setup` runs
+* :func:`prefer_wide_vectors`, :func:`prefer_workqueue_threads`, :func:`register_tile` and :func:`prefetch`: four Numba
+  details (let LLVM use 512-bit vectors; keep Numba's threads off torch's OpenMP pool; a small array on the stack,
+  which the compiler can keep in registers; a software prefetch, which Numba has no function for). The first two live in :mod:`course_utils.env`: :func:`~course_utils.env.setup` runs
   them (``env.configure_numba()``) before Numba compiles anything; importing this module changes nothing.
 """
 from __future__ import annotations
@@ -25,7 +25,8 @@ from .env import prefer_wide_vectors, prefer_workqueue_threads
 
 __all__ = ["cpu_flags", "vector_isa", "measure_clock_ghz", "derived_peak_gflops", "fma_throughput_gflops",
            "register_tile_shape",
-           "sane_caches", "MAX_L3_PER_CORE", "prefer_wide_vectors", "prefer_workqueue_threads", "register_tile"]
+           "sane_caches", "MAX_L3_PER_CORE", "prefer_wide_vectors", "prefer_workqueue_threads", "register_tile",
+           "prefetch"]
 
 # The largest last-level cache per core any shipping x86 server part has (AMD's 3D V-Cache EPYCs: 1152 MiB over
 # 96 cores = 12 MiB); Intel Xeons have 1.5 to 5 MiB per core. A per-core share above this is the host's, not ours.
@@ -207,3 +208,41 @@ def _make_register_tile():
 
 
 register_tile = _make_register_tile()
+
+
+def _make_prefetch():
+    import llvmlite.binding as llvm
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    # LLVM's prefetch intrinsic is overloaded on the pointer type: "p0" since opaque pointers (LLVM 15), "p0i8" before
+    name = "llvm.prefetch.p0" if llvm.llvm_version_info[0] >= 15 else "llvm.prefetch.p0i8"
+
+    @intrinsic
+    def prefetch(typingctx, array, i, j):
+        """Ask the core to bring the cache line holding ``array[i, j]`` (2-D, in bounds) into L1; no effect on results.
+
+        Emits LLVM's ``llvm.prefetch`` (read, keep in all levels: ``prefetcht0`` on x86), which Numba has no
+        function for. A prefetch never faults and is only a hint, so a wrong address costs a wasted load, no error.
+        """
+        if not (isinstance(array, types.Array) and array.ndim == 2 and isinstance(i, types.Integer)
+                and isinstance(j, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            aryty = signature.args[0]
+            ary = context.make_array(aryty)(context, builder, args[0])
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1], args[2]], wraparound=False)
+            i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), name)
+            builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])   # read, locality 3 (all levels), data
+            return context.get_dummy_value()
+
+        return types.void(array, i, j), codegen
+
+    return prefetch
+
+
+prefetch = _make_prefetch()

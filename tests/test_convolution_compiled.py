@@ -105,6 +105,26 @@ def test_micro_kernel_is_vectorized_on_this_cpu():
     loops(a, a, c, 6, 8, 64, cc.aligned_empty((2, 8, cc.MR)), cc.aligned_empty((1, 8, cc.NR)))
     asm = loops.inspect_asm(loops.signatures[0])
     assert len(re.findall(r"vfmadd\w*ps\s+[^\n]*zmm", asm)) >= cc.MR * cc.NR // 16
+    assert "prefetcht0" in asm                                          # the C tile, before the k loop
+    assert re.search(r"vaddps\s+[^\n]*zmm", asm)                        # the write-back through row views
+
+
+def test_prefetch_is_a_hint_that_changes_nothing():
+    import numba
+
+    @numba.njit
+    def summed(x):
+        total = 0.0
+        for i in range(x.shape[0]):
+            mach.prefetch(x, i, 0)
+            for j in range(x.shape[1]):
+                total += x[i, j]
+        return total
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert summed(x) == 66.0
+    with pytest.raises(numba.core.errors.TypingError):
+        numba.njit(lambda v: mach.prefetch(v, 0, 0))(np.zeros(4, np.float32))   # 2-D arrays only
 
 
 def test_fma_throughput_loop_is_vectorized_and_below_the_derived_peak():
