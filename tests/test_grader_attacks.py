@@ -110,7 +110,7 @@ def test_right_answers_written_differently_pass(write_notebook):
 def test_a_function_that_never_returns_times_out_and_the_next_exercise_still_grades(write_notebook):
     nb = toy_problem_set(double_body="while True:\n    pass")
     report = grade_notebook(
-        write_notebook(nb, "loop.ipynb"), pristine=write_notebook(toy_problem_set(), "pristine.ipynb"), cell_timeout=10)  # see test_grader.py's loop
+        write_notebook(nb, "loop.ipynb"), pristine=write_notebook(toy_problem_set(), "pristine.ipynb"), cell_timeout=5)  # see test_grader.py's loop
     assert status(report, "ex1_double")[:2] == ("timed out", 0.0)
     assert status(report, "ex2_triple")[:2] == ("passed", 3.0)
 
