@@ -133,23 +133,6 @@ def test_the_release_holds_no_solution_and_no_reference(release):
             (ROOT / "course_utils" / "grading" / f"{module}.py").read_text()
 
 
-@pytest.mark.parametrize("stem", list(SETS))
-def test_the_released_self_checks_pass_the_right_answers(release, stem, tmp_path):
-    out, summary = release
-    results = _run(out, _filled(out, stem), tmp_path)
-    _, graded = _cells(stem)
-    assert graded and set(graded) <= set(results), sorted(set(graded) - set(results))
-    assert all(results[gid][0] == "ok" for gid in graded), {gid: results[gid][:2] for gid in graded}
-    module = SETS[stem]
-    replayed = 0
-    for gid, source in graded.items():
-        check = re.search(r"grading\.(check_\w+)\(", source).group(1)
-        if summary[module][check]:  # a banked check said so; the others say that only the grader checks them
-            assert "matches the recorded answers" in results[gid][2], (gid, results[gid][2])
-            replayed += 1
-    assert replayed >= len(graded) // 2, replayed
-
-
 def test_a_planted_reference_is_found(tmp_path):
     from course_utils.grading import foundations
 
@@ -175,7 +158,10 @@ MISTAKES = {  # per set: the function asked for, a wrong answer, words of the hi
 
 
 @pytest.mark.parametrize("stem", list(SETS))
-def test_the_released_self_checks_name_mistakes(release, stem, tmp_path):
+def test_the_released_self_checks_pass_the_right_answers_and_name_a_mistake(release, stem, tmp_path):
+    """The released notebook filled with the solution's answers, except one exercise answered wrong (MISTAKES): every
+    other check passes (those with a bank say they replayed it) and the wrong one fails naming the mistake. One run
+    of the released notebook per set: right answers and a mistake used to be two runs."""
     out, summary = release
     function, source, fragment = MISTAKES[stem]
     answer, check_cell, check = _exercise(stem, function)
@@ -183,6 +169,18 @@ def test_the_released_self_checks_name_mistakes(release, stem, tmp_path):
     results = _run(out, _filled(out, stem, {answer: source}), tmp_path)
     status, message, _ = results[check_cell]
     assert status == "CheckFailed" and fragment in message, (status, message)
+    _, graded = _cells(stem)
+    assert graded and set(graded) <= set(results), sorted(set(graded) - set(results))
+    right = {gid for gid in graded if gid != check_cell}
+    assert all(results[gid][0] == "ok" for gid in right), {gid: results[gid][:2] for gid in right}
+    module = SETS[stem]
+    replayed = 0
+    for gid in right:
+        name = re.search(r"grading\.(check_\w+)\(", graded[gid]).group(1)
+        if summary[module][name]:  # a banked check said so; the others say that only the grader checks them
+            assert "matches the recorded answers" in results[gid][2], (gid, results[gid][2])
+            replayed += 1
+    assert replayed >= len(right) // 2, replayed
 
 
 def test_the_released_self_checks_keep_the_by_hand_watch(release, tmp_path):
@@ -420,3 +418,26 @@ def test_a_drivers_watch_goes_with_each_call_of_a_remote_learner():
     with pytest.raises(ForbiddenCall, match="jacobian"):
         call_learner("numerical_jacobian", functools.partial(call_restoring, remote), args,
                      forbidden=("torch.autograd.functional.jacobian",))
+
+
+def test_only_a_released_driver_marked_runs_in_kernel_goes_to_the_kernel_whole():
+    """RemoteDriver sends the whole driver to the learner's kernel only for a function of released.py marked
+    ``runs_in_kernel`` (its whole result is compared with the reference); any other driver runs in the grader."""
+    import functools
+
+    from course_utils.classroom.released import call_restoring, drive_loss_scaler
+    from course_utils.classroom.remote import RemoteDriver
+
+    class Remote:
+        def __course_remote_call__(self, args, kwargs, spec=()):
+            raise AssertionError("not called here")
+
+    def lookalike(make_scaler, hyper, script):
+        return None
+
+    lookalike.runs_in_kernel = True  # marked, but not a function of released.py
+    assert RemoteDriver.applies(functools.partial(drive_loss_scaler, Remote()))
+    assert not RemoteDriver.applies(functools.partial(call_restoring, Remote()))  # its check stays in the grader
+    assert not RemoteDriver.applies(functools.partial(lookalike, Remote()))
+    assert not RemoteDriver.applies(functools.partial(drive_loss_scaler, lambda **h: None))  # a local class
+    assert not RemoteDriver.applies(drive_loss_scaler)
