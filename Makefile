@@ -15,11 +15,14 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 NB     ?=
 DIR    ?=
 PYTEST_ARGS ?=
-# `make test` runs the suite in parallel (pytest-xdist, from the dev extra): one worker per CPU the OS reports
-# ("logical": a 2-vCPU VM whose vCPUs are one core's two hyperthreads still gets two; PYTEST_XDIST_AUTO_NUM_WORKERS=N
-# overrides), each test file (and so each notebook, whose cells share one kernel) on one worker, the longest files
+# `make test` runs the suite in parallel (pytest-xdist, from the dev extra): JOBS workers, one per CPU the OS reports
+# plus one (see below; `make test JOBS=N` overrides), each test file (and so each notebook, whose cells share one kernel) on one worker, the longest files
 # first (tests/conftest.py orders them; --no-loadscope-reorder keeps that order). PARALLEL= runs it in one process.
-PARALLEL ?= -n logical --dist loadfile --no-loadscope-reorder
+# One worker more than the CPUs: about a third of the suite's wall time is spent waiting (kernels starting, torchrun
+# ranks meeting, timed-out cells, nbgrader's commands), and the extra worker fills it (idle, 2 cores: 531 s with 3
+# workers, 550 s with 2, same tree).
+JOBS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
+PARALLEL ?= -n $(JOBS) --dist loadfile --no-loadscope-reorder
 SITE_OUT ?= site/_build/html
 SITE_STAMP := $(VENV)/.installed-site
 # make test-latest: a separate environment with the newest releases; e.g. LATEST_TORCH_ARGS="--index-url <CPU wheel index>".

@@ -2,8 +2,6 @@
 the two-process ZeRO-1 demo (course_utils.zero1_demo)."""
 from __future__ import annotations
 
-import json
-import subprocess
 from dataclasses import replace
 
 import matplotlib
@@ -76,13 +74,6 @@ def test_zero1_matches_unsharded_adam_in_one_process(tmp_path):
     assert (lo, hi) == (0, params.numel()) and len(losses) == 3
 
 
-@pytest.mark.slow
-def test_zero1_with_torchrun_two_processes(tmp_path):
-    out = tmp_path / "zero1.json"
-    proc = subprocess.run(plan.zero1_command(out, steps=3), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(out.read_text())
-    assert result["world"] == 2 and result["allclose"] and result["max_abs_diff"] == 0.0
-    per_rank = sorted(result["ranks"], key=lambda r: r["rank"])
-    assert [r["optimizer_bytes"] for r in per_rank] == [8 * (r["shard"][1] - r["shard"][0]) + 4 for r in per_rank]
-    assert sum(r["optimizer_bytes"] for r in per_rank) == result["reference_optimizer_bytes"] + 4
+# The two-process torchrun run of ZeRO-1 (course_utils.zero1_demo) is lesson 08's own cell: it asserts that the run
+# equals the unsharded one bit for bit and each rank's Adam bytes, and nbval compares its printout. Running it here too
+# took 9 s of the suite for nothing the lesson does not check.
