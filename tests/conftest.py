@@ -50,24 +50,31 @@ def write_notebook(tmp_path):
 # `--dist loadfile` keeps each file on one worker: a notebook's cells share one kernel, and a module's fixtures
 # (the compile matrix, the torchrun cluster) are built once. The worker that draws the longest file last decides
 # the run's length, so the files that take longest go first; the many short files and notebooks fill in behind.
-LONGEST_FIRST = [
+LONGEST_FIRST = [  # by the seconds each file took in an idle `make test` (3 workers, 2 cores), longest first
     "tests/test_gpu_dry_run.py",        # (make test-tiers) the GPU tiers' cells of 8 lessons under simulated tiers
-    "tests/test_gradebook.py",          # grade-class: every kind of submission, one grader process and kernel each
-    "tests/test_notebooks.py",          # every solution graded, every exercise graded
+    "tests/test_portable.py",           # (make test-tiers) the Triton lessons without Triton
+    "tests/test_notebooks.py",          # every solution graded (and its outputs compared), every exercise graded
     "tests/test_grader_attacks.py",     # every problem set graded behind every trick
-    "tests/test_grader.py",
-    "tests/test_compile_kernels.py",    # about 40 compiles for sm_80/sm_90
-    "tests/test_gpu_compile.py",
-    "tests/test_portable.py",           # the Triton lessons without Triton
-    "tests/test_parallelism.py",        # a four-process torchrun cluster
-    "tests/test_nbgrader.py",
-    "tests/test_grading_gemm.py",       # Triton kernels of set 05 under the interpreter, every named mistake
-    "tests/test_grading_attention.py",  # the same for set 06
-    "tests/test_release.py",            # a full release, recorded from every check, and three notebooks run on it
     "notebooks/12_score_sde.ipynb",
     "notebooks/11_ddpm_ddim.ipynb",
-    "notebooks/07b_small_language_models.ipynb",
+    "tests/test_gradebook.py",          # grade-class: every kind of submission, one grader process and kernel each
+    "tests/test_nbgrader.py",
+    "tests/test_release.py",            # a full release, recorded from every check, and three notebooks run on it
+    "tests/test_grading_gemm.py",       # Triton kernels of set 05 under the interpreter, every named mistake
+    "notebooks/09_parallelism.ipynb",
     "notebooks/07c_small_language_models.ipynb",
+    "notebooks/03_convolution.ipynb",
+    "notebooks/06_flash_attention.ipynb",
+    "notebooks/07a_small_language_models.ipynb",
+    "tests/test_grading_attention.py",  # the same for set 06
+    "tests/test_grader.py",
+    "tests/test_attention_triton.py",
+    "notebooks/10_vae.ipynb",
+    "notebooks/07b_small_language_models.ipynb",
+    "notebooks/08_training_memory.ipynb",
+    "tests/test_sandbox.py",
+    "tests/test_gpu_compile.py",
+    "tests/test_parallelism.py",        # a four-process torchrun cluster
 ]
 
 
