@@ -48,6 +48,14 @@ def toy_problem_set(double_body: str = "return 2 * x", triple_body: str = "retur
     return nb
 
 
+def cut_after(nb, grade_id: str):
+    """``nb`` without the cells after the one whose nbgrader grade_id is ``grade_id``: a test that asks about the
+    first exercises of a real problem set grades only that far (a grading costs the set's run time)."""
+    last = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    nb.cells = nb.cells[:last + 1]
+    return nb
+
+
 def nbval_differences(executed, committed, *, skip_cells=()) -> list[str]:
     """How the fresh outputs of ``executed`` differ from the committed outputs of ``committed``, compared as
     ``pytest --nbval`` compares them (the same option tags and comment markers, the same stream handling, the

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from course_utils.paths import ROOT
-from _notebook_helpers import toy_problem_set
+from _notebook_helpers import cut_after, toy_problem_set
 from course_utils.classroom.assignments import make_exercise
 from course_utils.classroom.grader import grade_notebook
 
@@ -139,7 +139,7 @@ def test_every_problem_set_gives_zero_to_wrong_answers_behind_every_trick(tmp_pa
     # up to the third graded cell: the tricks act from the first answer cell on, and every check runs in the grader
     # whatever the kernel patched, so a tampered exercise and two wrong answers behind the tricks show it; grading
     # the whole set doubled the test's time (the later exercises' wrong answers fail the same way in test_grading_*)
-    nb.cells = nb.cells[:nb.cells.index(graded[min(2, len(graded) - 1)]) + 1]
+    cut_after(nb, graded[min(2, len(graded) - 1)].metadata["nbgrader"]["grade_id"])
     path = tmp_path / solution.name
     nbformat.write(nb, path)
     report = grade_notebook(path, cell_timeout=120)
@@ -150,14 +150,13 @@ def test_every_problem_set_gives_zero_to_wrong_answers_behind_every_trick(tmp_pa
         assert {e.status for e in report.exercises[1:3]} == {"failed"}, [(e.name, e.status) for e in report.exercises]
 
 
-def _set_02_up_to_exercise_1(tmp_path, name, ex1_source):
+def _set_02_up_to_exercise_1(tmp_path, ex1_source):
     """Problem set 02 cut after exercise 1's graded cell (a driver of course_utils.classroom.released runs the
     learner's loss scaler in their kernel, in one request), with exercise 1's answer cell replaced."""
-    nb = nbformat.read(ROOT / "solutions" / "02_mixed_precision.ipynb", as_version=4)
-    ex1 = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "ex1_dynamic_scaler")
-    nb.cells[ex1].source = ex1_source(nb.cells[ex1].source)
-    nb.cells = nb.cells[:ex1 + 2]
-    path = tmp_path / name
+    nb = cut_after(nbformat.read(ROOT / "solutions" / "02_mixed_precision.ipynb", as_version=4), "ex1_dynamic_scaler_check")
+    ex1 = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ex1_dynamic_scaler")
+    ex1.source = ex1_source(ex1.source)
+    path = tmp_path / "submission.ipynb"
     nbformat.write(nb, path)
     report = grade_notebook(path, pristine=ROOT / "solutions" / "02_mixed_precision.ipynb", cell_timeout=120)
     return status(report, "ex1_dynamic_scaler")
@@ -204,5 +203,5 @@ def test_a_driver_that_runs_in_the_learners_kernel_cannot_be_turned_into_a_pass(
         def source(s):
             return TORCH_SCALER_DRIVER + s
         want = "torch.amp"
-    got = _set_02_up_to_exercise_1(tmp_path, "submission.ipynb", source)
+    got = _set_02_up_to_exercise_1(tmp_path, source)
     assert got[:2] == ("failed", 0.0) and want in got[2], got

@@ -356,6 +356,7 @@ def test_named_mistakes_survive_the_grader(tmp_path):
     learner's launchers through remote proxies; the hints must still name the mistakes."""
     import nbformat
 
+    from _notebook_helpers import cut_after
     from course_utils.paths import ROOT
     from course_utils.classroom.grader import grade_notebook
 
@@ -370,8 +371,7 @@ def test_named_mistakes_survive_the_grader(tmp_path):
         for old, new in edits.get(cell.metadata.get("nbgrader", {}).get("grade_id"), []):
             assert old in cell.source
             cell.source = cell.source.replace(old, new)
-    last = max(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id") == "ex6_roofline_check")
-    nb.cells = nb.cells[:last + 1]  # exercise 7 (split-K, the slowest under the interpreter) is not asked about here
+    cut_after(nb, "ex6_roofline_check")  # exercise 7 (split-K, the slowest under the interpreter) is not asked about here
     path = tmp_path / "05_gemm_triton.ipynb"
     nbformat.write(nb, path)
     results = {e.name: e for e in grade_notebook(path, pristine=ROOT / "solutions" / "05_gemm_triton.ipynb").exercises}

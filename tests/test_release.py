@@ -159,28 +159,31 @@ MISTAKES = {  # per set: the function asked for, a wrong answer, words of the hi
 
 @pytest.mark.parametrize("stem", list(SETS))
 def test_the_released_self_checks_pass_the_right_answers_and_name_a_mistake(release, stem, tmp_path):
-    """The released notebook filled with the solution's answers, except one exercise answered wrong (MISTAKES): every
-    other check passes (those with a bank say they replayed it) and the wrong one fails naming the mistake. One run
-    of the released notebook per set: right answers and a mistake used to be two runs."""
+    """The released notebook filled with the solution's answers: every check passes (those with a bank say they
+    replayed it). Then, at its end, one exercise answered again, wrong (MISTAKES), and its check run again: it fails
+    naming the mistake. One run of the released notebook per set (right answers and a mistake used to be two)."""
     out, summary = release
     function, source, fragment = MISTAKES[stem]
     answer, check_cell, check = _exercise(stem, function)
     assert summary[SETS[stem]][check], f"{check} has no bank: pick an exercise whose check replays one"
-    results = _run(out, _filled(out, stem, {answer: source}), tmp_path)
-    status, message, _ = results[check_cell]
-    assert status == "CheckFailed" and fragment in message, (status, message)
+    nb = _filled(out, stem)
+    released_check = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == check_cell)
+    for gid, code in ((answer + "_wrong", source), (check_cell + "_wrong", released_check.source)):
+        nb.cells.append(nbformat.v4.new_code_cell(code, metadata={"nbgrader": {"grade_id": gid}}))
+    results = _run(out, nb, tmp_path)
     _, graded = _cells(stem)
     assert graded and set(graded) <= set(results), sorted(set(graded) - set(results))
-    right = {gid for gid in graded if gid != check_cell}
-    assert all(results[gid][0] == "ok" for gid in right), {gid: results[gid][:2] for gid in right}
+    assert all(results[gid][0] == "ok" for gid in graded), {gid: results[gid][:2] for gid in graded}
     module = SETS[stem]
     replayed = 0
-    for gid in right:
-        name = re.search(r"grading\.(check_\w+)\(", graded[gid]).group(1)
+    for gid, code in graded.items():
+        name = re.search(r"grading\.(check_\w+)\(", code).group(1)
         if summary[module][name]:  # a banked check said so; the others say that only the grader checks them
             assert "matches the recorded answers" in results[gid][2], (gid, results[gid][2])
             replayed += 1
-    assert replayed >= len(right) // 2, replayed
+    assert replayed >= len(graded) // 2, replayed
+    status, message, _ = results[check_cell + "_wrong"]
+    assert status == "CheckFailed" and fragment in message, (status, message)
 
 
 def test_the_released_self_checks_keep_the_by_hand_watch(release, tmp_path):

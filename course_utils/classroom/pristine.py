@@ -74,7 +74,8 @@ class KernelSession:
         return cell
 
     def warm_up(self, seconds: float) -> None:
-        """Import the kernel side of the protocol (numpy; torch only once the learner imports it) before the learner's cells, outside their limit."""
+        """Import the kernel side of the protocol (numpy; torch only once the learner's code imports it) before the
+        learner's cells, outside their limit."""
         saved = self.client.timeout
         self.client.timeout = seconds
         try:

@@ -35,7 +35,6 @@ import numpy as np
 __all__ = ["RemoteObject", "RemoteDriver", "RemoteError", "RemoteNotImplemented", "RemoteTimeout", "RemoteDead", "remote_error", "encode", "decode", "serve", "MAX_DEPTH"]
 
 
-
 def _torch():
     """torch if this process has imported it, else None. A learner's kernel that never imported torch holds no tensor,
     so its side of the protocol does not pay torch's import (about 1.4 s per grading on the 2-core machine); a
@@ -357,11 +356,8 @@ class RemoteObject:
         return self._session.request({"op": op, "name": self._name, "handle": self._handle, **fields})
 
     def __course_remote_call__(self, args, kwargs, forbidden=()):
-        # a ByHand (what call_learner passes) travels as itself: the request is cloudpickled; a list of names as a tuple
-        spec = tuple(forbidden) if isinstance(forbidden, (list, tuple, set, frozenset)) else forbidden
-        reply, arrays = self._request("call", args=tuple(args), kwargs=dict(kwargs), forbidden=spec)
-        _write_back(reply.get("mutated", []), args, kwargs, arrays, self._session)
-        return decode(reply["value"], arrays, self._session), reply.get("hit")
+        return _remote_call(self._session, {"name": self._name, "handle": self._handle}, tuple(args), dict(kwargs),
+                            forbidden)
 
     def __call__(self, *args, **kwargs):
         result, _hit = self.__course_remote_call__(args, kwargs)
@@ -408,14 +404,8 @@ class RemoteDriver:
         self._partial, self._learner = partial, partial.args[0]
 
     def __course_remote_call__(self, args, kwargs, forbidden=()):
-        spec = tuple(forbidden) if isinstance(forbidden, (list, tuple, set, frozenset)) else forbidden
-        call_args = (*self._partial.args, *args)
-        call_kwargs = {**self._partial.keywords, **kwargs}
-        session = self._learner._session
-        reply, arrays = session.request({"op": "call", "function": self._partial.func, "name": None, "handle": None,
-                                         "args": call_args, "kwargs": call_kwargs, "forbidden": spec})
-        _write_back(reply.get("mutated", []), call_args, call_kwargs, arrays, session)
-        return decode(reply["value"], arrays, session), reply.get("hit")
+        return _remote_call(self._learner._session, {"function": self._partial.func, "name": None, "handle": None},
+                            (*self._partial.args, *args), {**self._partial.keywords, **kwargs}, forbidden)
 
     @staticmethod
     def applies(fn) -> bool:
@@ -423,6 +413,16 @@ class RemoteDriver:
 
         return (isinstance(fn, functools.partial) and bool(fn.args) and hasattr(fn.args[0], "__course_remote_call__")
                 and getattr(fn.func, "runs_in_kernel", False) and fn.func.__module__ == "course_utils.classroom.released")
+
+
+def _remote_call(session, target: dict, args: tuple, kwargs: dict, forbidden=()):
+    """One "call" request for ``target`` (a learner's name or handle, or a released driver's function): the result
+    decoded, the kernel's in-place changes copied into ``args``/``kwargs``, and the watch's hit (or None)."""
+    # a ByHand (what call_learner passes) travels as itself: the request is cloudpickled; a list of names as a tuple
+    spec = tuple(forbidden) if isinstance(forbidden, (list, tuple, set, frozenset)) else forbidden
+    reply, arrays = session.request({"op": "call", **target, "args": args, "kwargs": kwargs, "forbidden": spec})
+    _write_back(reply.get("mutated", []), args, kwargs, arrays, session)
+    return decode(reply["value"], arrays, session), reply.get("hit")
 
 
 def _main_global(name: str) -> Any:
